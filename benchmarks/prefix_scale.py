@@ -1,0 +1,124 @@
+"""Prefix latency and ingest rate at 10k and 100k items (query embedding included).
+
+Items are short real texts: package summaries from the environment's PyPI list when it is
+there, else LoCoMo turns. Queries are three content words drawn from other items, each used
+once, so the query-embedding cache never helps. Baseline in the same run: a brute-force
+scan that scores every item with Python's ``in`` over words, the naive memory lookup.
+
+    python benchmarks/prefix_scale.py --sizes 10000,100000 --json docs/results/prefix_scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from suffice import Memory, NewItem
+from suffice.bench.report import envelope, percentile, write_json
+from suffice.datasets.paths import shared_data_dir
+from suffice.text import query_terms
+
+PYPI_LIST = Path("/work/.library/env/packages/pypi.tsv")
+
+
+def corpus(n: int) -> list[str]:
+    texts: list[str] = []
+    if PYPI_LIST.exists():
+        for line in PYPI_LIST.read_text(encoding="utf-8", errors="replace").splitlines()[1:]:
+            parts = line.split("\t")
+            if len(parts) >= 5 and len(parts[4].split()) >= 4:
+                texts.append(parts[4].strip())
+    if len(texts) < n:
+        from suffice.datasets.locomo import load_locomo
+        turns = [it.text for c in load_locomo(shared_data_dir() / "locomo" / "locomo_shared.json")
+                 for it in c.items]
+        i = 0
+        while len(texts) < n:
+            texts.append(f"{turns[i % len(turns)]} (note {i})")
+            i += 1
+    random.Random(7).shuffle(texts)
+    return texts[:n]
+
+
+def queries(texts: list[str], n: int, seed: int = 11) -> list[str]:
+    rng = random.Random(seed)
+    out: set[str] = set()
+    while len(out) < n:
+        words = query_terms(rng.choice(texts))
+        if len(words) >= 3:
+            out.add(" ".join(rng.sample(words, 3)))
+    return sorted(out)
+
+
+def naive_scan(texts: list[str], q: str) -> list[int]:
+    terms = set(q.split())
+    scored = [(sum(t in set(x.lower().split()) for t in terms), i) for i, x in enumerate(texts)]
+    scored.sort(reverse=True)
+    return [i for _, i in scored[:10]]
+
+
+def run_size(n: int, n_queries: int, workdir: Path) -> dict[str, object]:
+    texts = corpus(n)
+    mem = Memory(workdir / f"scale_{n}.db")
+    t0 = time.perf_counter()
+    batch = 512
+    for b in range(0, n, batch):
+        mem.add([NewItem(text=t, session=f"s{(b + i) // 200}") for i, t in enumerate(texts[b:b + batch])],
+                scope="bench")
+    ingest_s = time.perf_counter() - t0
+    qs = queries(texts, n_queries)
+    mem.search("warm up the caches", scope="bench")
+    totals: list[float] = []
+    stages: dict[str, list[float]] = {}
+    for q in qs:
+        t = time.perf_counter()
+        ev = mem.search(q, scope="bench", k=10)
+        totals.append((time.perf_counter() - t) * 1e3)
+        for k, v in ev.timings_ms.items():
+            if k != "total_ms":
+                stages.setdefault(k, []).append(v)
+    naive = []
+    for q in qs[:20]:
+        t = time.perf_counter()
+        naive_scan(texts, q)
+        naive.append((time.perf_counter() - t) * 1e3)
+    p50 = statistics.median(totals)
+    stage_p50 = {k: statistics.median(v) for k, v in stages.items()}
+    share = {k: 100 * v / max(sum(stage_p50.values()), 1e-9) for k, v in stage_p50.items()}
+    mem.close()
+    return {
+        "items": n, "queries": len(qs), "ingest_s": ingest_s, "ingest_items_per_s": n / ingest_s,
+        "prefix_p50_ms": p50, "prefix_p95_ms": percentile(totals, 0.95),
+        "stage_p50_ms": stage_p50, "stage_share_pct": share,
+        "naive_scan_p50_ms": statistics.median(naive), "speedup_vs_naive": statistics.median(naive) / p50,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (int(x) for x in args.sizes.split(",")):
+            r = run_size(n, args.queries, Path(tmp))
+            results.append(r)
+            print(json.dumps(r, indent=1), flush=True)
+    if args.json:
+        doc = envelope("prefix_scale", "pypi-summaries" if PYPI_LIST.exists() else "locomo-turns",
+                       str(PYPI_LIST), {"sizes": args.sizes, "queries": args.queries}, results)
+        doc["command"] = "python benchmarks/prefix_scale.py " + " ".join(sys.argv[1:])
+        write_json(args.json, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

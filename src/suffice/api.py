@@ -1,0 +1,158 @@
+"""``Memory``: the one core that the library, the CLI and the servers share.
+
+Writes are cheap and verbatim: count tokens, cut pieces, embed, append in one transaction.
+Reads start with the shared retrieval prefix; answering and rendering build on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from .config import Settings
+from .embed.protocol import Embedder
+from .errors import InvalidItemError
+from .retrieve import Method, Retriever
+from .store.sqlite import ItemRow, SQLiteStore, validate_item, validate_scope
+from .text import embedding_text
+from .tokens import count_tokens
+from .types import Evidence, Item, NewItem, StoreStats
+from .views import piece_spans
+
+DEFAULT_SCOPE = "default"
+ItemLike = str | NewItem | Mapping[str, Any]
+Progress = Callable[[int], None]
+
+
+def default_db_path() -> str:
+    """``$SUFFICE_DB`` or ``./suffice.db``."""
+    return os.environ.get("SUFFICE_DB", "suffice.db")
+
+
+def _coerce(item: ItemLike, defaults: dict[str, Any], index: int) -> NewItem:
+    if isinstance(item, NewItem):
+        return item
+    if isinstance(item, str):
+        return NewItem(text=item, **defaults)
+    if isinstance(item, Mapping):
+        known = set(NewItem.__dataclass_fields__)
+        unknown = sorted(set(item) - known)
+        if unknown:
+            raise InvalidItemError(f"item {index}: unknown field(s) {', '.join(unknown)}")
+        if "text" not in item:
+            raise InvalidItemError(f"item {index}: missing 'text'")
+        merged = {**defaults, **item}
+        if merged.get("meta") is None:
+            merged["meta"] = {}
+        return NewItem(**merged)
+    raise InvalidItemError(f"item {index}: expected str, NewItem or mapping, got {type(item).__name__}")
+
+
+class Memory:
+    """Long-term memory over one store.
+
+    >>> mem = Memory(":memory:")
+    >>> mem.add("I moved to Lisbon in May.", scope="alice")  # doctest: +SKIP
+    >>> mem.search("Where does she live?", scope="alice")      # doctest: +SKIP
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 settings: Settings | None = None,
+                 embedder: Embedder | Literal["default"] | None = "default") -> None:
+        self.settings = settings or Settings()
+        self.store = SQLiteStore(path if path is not None else default_db_path())
+        if embedder == "default":
+            from .embed.minilm import MiniLMEmbedder
+            self.embedder: Embedder | None = MiniLMEmbedder()
+        else:
+            self.embedder = embedder
+        self.retriever = Retriever(self.store, self.embedder, self.settings)
+
+    @property
+    def path(self) -> str:
+        return self.store.path
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def add(self, items: ItemLike | Sequence[ItemLike], *, scope: str = DEFAULT_SCOPE,
+            session: str = "", speaker: str = "", role: str = "", kind: str = "message",
+            observed_at: str = "", batch_size: int = 512,
+            progress: Progress | None = None) -> list[Item]:
+        """Store turns or steps verbatim; return them as stored (with ``seq`` and ``id``).
+
+        Each batch of ``batch_size`` items is one transaction. Every item is validated before
+        anything is written, so bad input leaves the store untouched. Items with client ids
+        already stored are returned as they were (idempotent).
+        """
+        validate_scope(scope)
+        if isinstance(items, (str, NewItem, Mapping)):
+            items = [items]
+        defaults = {"session": session, "speaker": speaker, "role": role, "kind": kind,
+                    "observed_at": observed_at}
+        new = [_coerce(it, defaults, i) for i, it in enumerate(items)]
+        for i, it in enumerate(new):
+            validate_item(it, i)
+        out: list[Item] = []
+        for b in range(0, len(new), batch_size):
+            batch = new[b:b + batch_size]
+            out.extend(self.store.append(scope, self._prepare(batch),
+                                         embed_model=self.embedder.name if self.embedder else ""))
+            if progress is not None:
+                progress(len(batch))
+        return out
+
+    def _prepare(self, batch: Sequence[NewItem]) -> list[ItemRow]:
+        vecs = (self.embedder.embed([embedding_text(it.speaker, it.text) for it in batch])
+                if self.embedder is not None else None)
+        rows = []
+        for i, it in enumerate(batch):
+            spans = piece_spans(it.text, self.settings.piece_max_tokens)
+            head = f"{it.speaker} {it.observed_at}".strip() if self.settings.index_header else ""
+            bodies = [f"{head} {it.text[s:e]}" if head else it.text[s:e] for s, e in spans]
+            rows.append(ItemRow(it, count_tokens(it.text), spans, bodies,
+                                None if vecs is None else vecs[i]))
+        return rows
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def search(self, query: str, *, scope: str = DEFAULT_SCOPE, k: int | None = None,
+               method: Method = "fused") -> Evidence:
+        """Run the shared retrieval prefix: hits plus the evidence context in time order."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidItemError("query is empty")
+        self.store.require_scope(scope)
+        return self.retriever.prefix(scope, query, k=k, method=method)
+
+    def items(self, scope: str = DEFAULT_SCOPE, seqs: Iterable[int] | None = None) -> list[Item]:
+        self.store.require_scope(scope)
+        return self.store.items(scope, list(seqs) if seqs is not None else None)
+
+    def scopes(self) -> list[str]:
+        return self.store.scopes()
+
+    def stats(self, scope: str | None = None) -> StoreStats:
+        if scope is not None:
+            self.store.require_scope(scope)
+        return self.store.stats(scope, embed_model=self.embedder.name if self.embedder else "")
+
+    def import_locomo(self, path: str | Path | None = None,
+                      progress: Progress | None = None) -> dict[str, int]:
+        """Import a LoCoMo file, one scope per conversation; re-importing adds nothing."""
+        from .datasets.locomo import load_locomo
+
+        convs = load_locomo(path)  # parses and validates the whole file before any write
+        counts = {}
+        for conv in convs:
+            counts[conv.scope] = len(self.add(list(conv.items), scope=conv.scope, progress=progress))
+        return counts

@@ -1,0 +1,1 @@
+"""Benchmarks: dataset runners, metrics and reports. Nothing in the library imports this."""

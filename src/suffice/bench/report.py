@@ -1,0 +1,76 @@
+"""Shared plumbing of every ``suffice bench`` command: machine info, tables, the JSON shape.
+
+Every ``--json`` file has the same top level: ``benchmark``, ``dataset``, ``data`` (path),
+``command``, ``machine``, ``started_at``, ``settings`` and ``results`` (benchmark-specific, documented
+in docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu or platform.processor(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def envelope(benchmark: str, dataset: str, data: str, settings: Any, results: Any) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "benchmark": benchmark,
+        "dataset": dataset,
+        "data": data,
+        "command": "suffice " + " ".join(sys.argv[1:]) if sys.argv else "",
+        "machine": machine(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "settings": (asdict(settings) if is_dataclass(settings) and not isinstance(settings, type)
+                     else settings),
+        "results": results,
+    }
+
+
+def write_json(path: str | Path, doc: dict[str, Any]) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, p)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def fmt(x: Any) -> str:
+        if isinstance(x, float):
+            return f"{x:.1f}"
+        return str(x)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(fmt(x) for x in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)

@@ -1,0 +1,98 @@
+"""One typed settings object; every knob of the three designs is a named field.
+
+Defaults follow the papers (or our engineering reading of them) for chat histories; see
+``Settings.for_agent`` for agent trajectories.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+FusionMethod = Literal["rrf", "weighted"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- views -------------------------------------------------------------------------
+    unit_tokens: int = 2000
+    """U: a unit packs consecutive items of one session to about this many o200k tokens."""
+    piece_max_tokens: int = 64
+    """Items longer than this are split into sentence pieces so BM25 can point inside them."""
+    block_tokens: int = 1024
+    """Size of a deep-path block; small enough for a small local reader to take in one call."""
+    block_stride: int = 512
+    """Stride between blocks; half the size so every item lies in one or two blocks."""
+
+    # --- retrieval prefix ------------------------------------------------------------------
+    prefix_k: int = 10
+    """Hits the shared prefix returns by default (Router-Mem proposes K = 10)."""
+    candidate_k: int = 100
+    """How deep each retriever ranks before fusion."""
+    fusion: FusionMethod = "rrf"
+    """Reciprocal-rank fusion is robust to the two scorers' different scales."""
+    rrf_k: int = 60
+    """The usual RRF constant; damps the weight of the very top ranks."""
+    bm25_weight: float = 0.5
+    """For ``fusion='weighted'``: w in w*BM25_minmax + (1-w)*cosine (A-Mem's hybrid)."""
+    index_header: bool = True
+    """Index speaker and date with each piece; measured to add 2-3 points on LoCoMo."""
+
+    # --- render (FlexA-Mem) ----------------------------------------------------------------
+    prompt_cap: float = 0.95
+    """The rendered context may use at most this share of the budget B."""
+    timeline_share: float = 0.3
+    """rho: share of the memory budget given to the timeline of records (0.5 for agents)."""
+    link_discount: float = 0.5
+    """lambda: priority passed along a link per hop (0.9 for agents)."""
+    seeds: int = 10
+    """k: top units by cosine to the query that seed the priorities."""
+    links_per_unit: int = 3
+    """m: most similar earlier units linked once at write time."""
+    excerpt_tokens: int = 300
+    """E: size of an excerpt centred on a unit's best BM25 piece."""
+    recent_share: float = 0.0
+    """Share of B kept for the newest items verbatim (0.25 in agent mode)."""
+
+    # --- engine (Router-Mem) ---------------------------------------------------------------
+    tau: float = 0.5
+    """Router threshold: answer from the prefix when the sufficiency score reaches it."""
+    anchor_blocks: int = 3
+    """A: blocks with the most hit mass that anchor the deep path."""
+    max_blocks: int = 8
+    """N_max: anchors plus temporal neighbours are capped at this count."""
+    concurrency: int = 4
+    """Deep-path memory agents run at most this many at once."""
+    reader_budget: int = 2000
+    """Token budget of the context handed to the reader on the fast path."""
+
+    def __post_init__(self) -> None:
+        for name in ("unit_tokens", "piece_max_tokens", "block_tokens", "block_stride",
+                     "prefix_k", "candidate_k", "rrf_k", "seeds", "excerpt_tokens",
+                     "max_blocks", "concurrency"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"setting {name} must be positive, got {getattr(self, name)!r}")
+        if self.block_stride > self.block_tokens:
+            raise ConfigError("block_stride must not exceed block_tokens (blocks would leave gaps)")
+        for name in ("prompt_cap", "timeline_share", "link_discount", "tau", "bm25_weight",
+                     "recent_share"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"setting {name} must lie in [0, 1], got {value!r}")
+        if self.fusion not in ("rrf", "weighted"):
+            raise ConfigError(f"fusion must be 'rrf' or 'weighted', got {self.fusion!r}")
+
+    @classmethod
+    def for_agent(cls, **overrides: Any) -> Settings:
+        """Defaults for agent trajectories: smaller units, more timeline, stronger links."""
+        base = cls(unit_tokens=1000, timeline_share=0.5, link_discount=0.9, recent_share=0.25)
+        return replace(base, **overrides)
+
+    def replace(self, **overrides: Any) -> Settings:
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ConfigError(f"unknown setting(s): {', '.join(unknown)}")
+        return replace(self, **overrides)

@@ -1,0 +1,91 @@
+"""The CLI is a thin layer: it stores, searches and imports, and bad input is a one-line error."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from suffice.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def db(tmp_path):
+    return str(tmp_path / "cli.db")
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_add_search_stats(db):
+    r = run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana", "--speaker", "Dana")
+    assert r.exit_code == 0, r.output
+    r = run("--db", db, "search", "cat name", "-s", "dana", "--json")
+    assert r.exit_code == 0
+    data = json.loads(r.output)
+    assert "Figo" in data["context"] and data["hits"][0]["item_id"]
+    r = run("stats", "--db", db)
+    assert r.exit_code == 0 and "items: 1" in r.output.replace("  ", "")
+
+
+def test_add_from_jsonl_file(db, tmp_path):
+    f = tmp_path / "items.jsonl"
+    f.write_text('{"text": "one", "session": "a"}\n\n{"text": "two", "session": "b", "id": "x"}\n')
+    assert run("--db", db, "add", "-f", str(f)).exit_code == 0
+    assert run("--db", db, "add", "-f", str(f)).exit_code == 0  # "x" is idempotent
+    assert "items: 3" in run("--db", db, "stats").output.replace("  ", "")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("add", "   "), "text is empty"),
+        (("add",), "nothing to add"),
+        (("search", "x", "-s", "nobody"), "unknown scope 'nobody'"),
+        (("search", "x", "--method", "psychic"), "unknown method"),
+    ],
+)
+def test_bad_input_is_a_one_line_error_with_nonzero_exit(db, args, message):
+    run("--db", db, "add", "something", "-s", "default")
+    r = run("--db", db, *args)
+    assert r.exit_code == 2
+    assert message in r.output
+    assert r.output.strip().count("\n") == 0
+
+
+def test_malformed_jsonl_names_the_line_and_writes_nothing(db, tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"text": "fine"}\n{"text": \n')
+    r = run("--db", db, "add", "-f", str(f))
+    assert r.exit_code == 2 and "bad.jsonl:2" in r.output
+    f.write_text('{"text": "fine"}\n{"text": ""}\n')
+    r = run("--db", db, "add", "-f", str(f))
+    assert r.exit_code == 2 and "item 1" in r.output
+    assert run("--db", db, "stats").output.count("items: 0") == 1 or "items: 0" in run(
+        "--db", db, "stats").output.replace("  ", "")
+
+
+def test_import_locomo_rejects_a_malformed_file_naming_the_record(db, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"sample_id": "c1", "conversation": {
+        "session_1_date_time": "today", "session_1": [{"speaker": "A", "dia_id": "D1:1"}]}}]))
+    r = run("--db", db, "import", "locomo", str(bad))
+    assert r.exit_code == 2
+    assert "c1" in r.output and "session_1 turn 0" in r.output and "missing text" in r.output
+    assert "items: 0" in run("--db", db, "stats").output.replace("  ", "")
+
+
+def test_import_locomo_small_file(db, tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([{"sample_id": "c1", "conversation": {
+        "speaker_a": "A", "speaker_b": "B", "session_1_date_time": "1 May 2023",
+        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "I love hiking."},
+                      {"speaker": "B", "dia_id": "D1:2", "text": "", "blip_caption": "a mountain"}]},
+        "qa": [{"question": "What does A love?", "answer": "hiking", "evidence": ["D1:1"],
+                "category": 4}]}]))
+    r = run("--db", db, "import", "locomo", str(good))
+    assert r.exit_code == 0, r.output
+    r = run("--db", db, "search", "mountain photo", "-s", "c1", "--json")
+    assert "a mountain" in json.loads(r.output)["context"]

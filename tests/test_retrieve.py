@@ -1,0 +1,88 @@
+"""The shared prefix finds the right turn, reports where it sits, and respects scopes."""
+
+import numpy as np
+import pytest
+
+from suffice import InvalidItemError, Memory, UnknownScopeError
+
+
+def test_prefix_finds_the_turn_that_answers(memory):
+    ev = memory.search("What is the name of the cat Dana adopted?", scope="dana", k=5)
+    assert any("Figo" in it.text for it in ev.items)
+    top = ev.hits[0]
+    assert top.source == "fused" and top.rank == 0 and top.item_id
+    assert top.blocks and top.unit >= 0
+
+
+def test_evidence_is_in_time_order_with_time_and_speaker(memory):
+    ev = memory.search("Kyoto trip", scope="dana", k=6)
+    seqs = [it.seq for it in ev.items]
+    assert seqs == sorted(seqs)
+    first = ev.text.splitlines()[0]
+    assert first.startswith("[2025-") and "Dana:" in first or "Assistant:" in first
+
+
+@pytest.mark.parametrize("method", ["bm25", "dense", "fused", "recency"])
+def test_every_method_returns_k_hits(memory, method):
+    ev = memory.search("rainfall model peak error", scope="dana", k=4, method=method)
+    assert len(ev.hits) == 4
+    assert {h.source for h in ev.hits} == {method}
+
+
+def test_a_query_never_sees_another_scope(memory):
+    memory.add("Dana's secret password is tangerine", scope="other")
+    ev = memory.search("secret password", scope="dana", k=30)
+    assert all(it.scope == "dana" for it in ev.items)
+    assert not any("tangerine" in it.text for it in ev.items)
+
+
+def test_unknown_scope_and_empty_query_are_clear_errors(memory):
+    with pytest.raises(UnknownScopeError, match="nobody"):
+        memory.search("anything", scope="nobody")
+    with pytest.raises(InvalidItemError, match="empty"):
+        memory.search("  ", scope="dana")
+
+
+class CountingEmbedder:
+    def __init__(self, inner):
+        self.inner, self.name, self.dim, self.texts = inner, inner.name, inner.dim, 0
+
+    def embed(self, texts):
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+    def embed_query(self, text):
+        return self.inner.embed_query(text)
+
+
+def test_embeddings_persist_and_are_computed_once_per_item(tmp_path, embedder):
+    path = tmp_path / "m.db"
+    counting = CountingEmbedder(embedder)
+    mem = Memory(path, embedder=counting)
+    mem.add(["first fact about gauges", "second fact about rain"], scope="s")
+    mem.search("rain", scope="s")
+    assert counting.texts == 2
+    mem.close()
+    again = CountingEmbedder(embedder)
+    mem2 = Memory(path, embedder=again)
+    mem2.search("rain", scope="s")
+    assert again.texts == 0
+    seqs, mat = mem2.store.embeddings("s", embedder.name)
+    assert list(seqs) == [0, 1] and np.allclose(np.linalg.norm(mat, axis=1), 1, atol=1e-4)
+
+
+def test_items_written_without_vectors_are_embedded_at_first_query(tmp_path, embedder):
+    path = tmp_path / "m.db"
+    Memory(path, embedder=None).add(["the ferry leaves at nine", "lunch was soup"], scope="s")
+    counting = CountingEmbedder(embedder)
+    mem = Memory(path, embedder=counting)
+    ev = mem.search("when does the boat depart", scope="s", k=1, method="dense")
+    assert "ferry" in ev.items[0].text
+    assert counting.texts == 2
+
+
+def test_new_items_are_searchable_right_after_add(memory):
+    memory.search("anything at all", scope="dana")
+    memory.add("Dana bought a red kayak on Saturday.", scope="dana")
+    ev = memory.search("kayak", scope="dana", k=3)
+    assert any("kayak" in it.text for it in ev.items)
