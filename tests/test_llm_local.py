@@ -1,0 +1,193 @@
+"""Shipped models (assembly, checksums, lookup) and the in-process llama.cpp backend."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from llm_server import have_llama_cpp, smollm2_path
+
+from suffice.errors import MissingExtraError, ModelFileError
+from suffice.llm import Ledger, LocalLlama, Message, make_llm
+from suffice.llm import models as m
+
+# -- assembly and checksums (no model needed) ---------------------------------------------------
+
+
+def _parts(tmp_path: Path, chunks: list[bytes]) -> list[Path]:
+    paths = []
+    for i, chunk in enumerate(chunks, 1):
+        p = tmp_path / f"part{i:02d}.bin"
+        p.write_bytes(chunk)
+        paths.append(p)
+    return paths
+
+
+def test_assemble_joins_parts_in_order_and_checks_hash(tmp_path: Path) -> None:
+    chunks = [b"GGUF-first-", b"second-", b"third"]
+    whole = b"".join(chunks)
+    dest = tmp_path / "cache" / "model.gguf"
+    out = m.assemble(_parts(tmp_path, chunks), dest, hashlib.sha256(whole).hexdigest(), len(whole))
+    assert out == dest and dest.read_bytes() == whole
+    assert [p.name for p in dest.parent.iterdir()] == ["model.gguf"]  # no temp file left
+
+
+def test_assemble_rejects_wrong_hash_and_leaves_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "cache" / "model.gguf"
+    with pytest.raises(ModelFileError, match="sha256"):
+        m.assemble(_parts(tmp_path, [b"abc", b"def"]), dest, "0" * 64, 6)
+    assert not dest.exists()
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_assemble_rejects_wrong_size(tmp_path: Path) -> None:
+    data = b"abcdef"
+    with pytest.raises(ModelFileError, match="6 bytes, expected 7"):
+        m.assemble(_parts(tmp_path, [data]), tmp_path / "x.gguf", hashlib.sha256(data).hexdigest(), 7)
+
+
+def test_verify_rejects_a_corrupted_copy(tmp_path: Path) -> None:
+    good = b"GGUF" + bytes(range(200))
+    pinned = hashlib.sha256(good).hexdigest()
+    f = tmp_path / "model.gguf"
+    f.write_bytes(good)
+    m.verify_sha256(f, pinned)
+    f.write_bytes(good + b"\x00")  # damaged (one byte longer)
+    with pytest.raises(ModelFileError, match="corrupted or not the pinned model"):
+        m.verify_sha256(f, pinned)
+
+
+def test_shipped_model_is_assembled_once_into_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fake two-part shipped model, found as installed packages; a damaged cache self-heals."""
+    site = tmp_path / "site"
+    chunks = [b"GGUF" + b"a" * 100, b"b" * 50]
+    for i, chunk in enumerate(chunks, 1):
+        pkg = site / f"fake_model_part{i}"
+        (pkg / "data").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "data" / f"part{i:02d}.bin").write_bytes(chunk)
+    monkeypatch.syspath_prepend(str(site))
+    whole = b"".join(chunks)
+    fake = m.ShippedModel(
+        name="fake", description="", filename="fake.gguf",
+        parts=(("fake_model_part1", "data/part01.bin"), ("fake_model_part2", "data/part02.bin")),
+        sha256=hashlib.sha256(whole).hexdigest(), size=len(whole), install="pip install fake",
+    )
+    monkeypatch.setenv("SUFFICE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(m.MODELS, "fake", fake)
+    path = m.resolve_model("fake")
+    assert path == tmp_path / "cache" / "models" / "fake.gguf"
+    assert path.read_bytes() == whole
+    path.write_bytes(b"GGUF" + b"x" * (len(whole) - 4))  # same size, wrong content
+    os.utime(path, ns=(1, 1))  # a distinct mtime even on a coarse-clock filesystem
+    assert m.resolve_model("fake").read_bytes() == whole
+
+
+def test_missing_parts_name_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = m.ShippedModel(
+        name="absent", description="", filename="absent.gguf",
+        parts=(("no_such_package_xyz", "data/part01.bin"),), sha256="0" * 64, size=1,
+        install="pip install no-such-package-xyz",
+    )
+    monkeypatch.setitem(m.MODELS, "absent", fake)
+    with pytest.raises(ModelFileError, match="pip install no-such-package-xyz"):
+        m.resolve_model("absent")
+
+
+def test_user_paths_must_exist_and_be_gguf(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match="no model file"):
+        m.resolve_model(tmp_path / "missing.gguf")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ModelFileError, match="not a GGUF"):
+        m.resolve_model(str(bad))
+    ok = tmp_path / "mine.gguf"
+    ok.write_bytes(b"GGUF\x03\x00\x00\x00")
+    assert m.resolve_model(str(ok)) == ok
+    assert m.model_name(str(ok)) == "mine"
+
+
+def test_pinned_hashes() -> None:
+    assert m.QWEN.sha256.startswith("1d961463") and m.QWEN.sha256.endswith("4ff32")
+    assert m.QWEN.size == 491_400_064
+    assert m.DEFAULT_MODEL == "qwen2.5-0.5b"
+    assert m.model_name(None) == "qwen2.5-0.5b"
+    assert m.model_name("SmolLM2") == "smollm2-135m"
+
+
+def test_missing_llama_cpp_is_a_missing_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` fail
+    with pytest.raises(MissingExtraError, match=r"suffice\[local\]"):
+        LocalLlama("smollm2-135m")
+
+
+# -- the real thing with SmolLM2 ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smol() -> Iterator[LocalLlama]:
+    path = smollm2_path()
+    yield LocalLlama(path, n_ctx=2048, n_threads=2)
+
+
+@pytest.mark.llm
+def test_local_chat_answers(smol: LocalLlama) -> None:
+    ledger = Ledger()
+    out = smol.chat(
+        [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+        max_tokens=8,
+        stage="answer",
+        ledger=ledger,
+    )
+    assert "paris" in out.text.lower()
+    rec = ledger.records[0]
+    assert rec.ok and rec.input_tokens > 5 and 0 < rec.output_tokens <= 8
+    assert rec.cost_usd == 0.0 and rec.model == "SmolLM2-135M-Instruct.Q4_1"
+
+
+@pytest.mark.llm
+def test_local_choice_probs_sum_to_one(smol: LocalLlama) -> None:
+    messages: list[Message] = [
+        {"role": "user", "content": "Is the sky blue on a clear day? Answer Yes or No."}
+    ]
+    ledger = Ledger()
+    probs = smol.choice_probs(messages, {"yes": ["Yes", " yes"], "no": ["No", " no"]},
+                              ledger=ledger)
+    assert set(probs) == {"yes", "no"}
+    assert sum(probs.values()) == pytest.approx(1.0)
+    assert ledger.records[0].stage == "router" and ledger.records[0].output_tokens == 0
+    # the probe leaves the model usable for ordinary chat
+    assert smol.chat(messages, max_tokens=4).text
+
+
+@pytest.mark.llm
+def test_local_prompt_uses_the_chat_template(smol: LocalLlama) -> None:
+    toks = smol.prompt_tokens([{"role": "user", "content": "hi"}])
+    text = smol._llm.detokenize(toks, special=True).decode()
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.llm
+def test_make_llm_local_by_name() -> None:
+    smollm2_path()
+    llm = make_llm("local", model_path="smollm2-135m", n_ctx=512)
+    assert llm.model == "smollm2-135m"
+
+
+@pytest.mark.llm
+@pytest.mark.skipif(not have_llama_cpp(), reason="llama-cpp-python is not installed")
+def test_default_model_loads_when_installed() -> None:
+    try:
+        path = m.resolve_model()
+    except ModelFileError as exc:
+        pytest.skip(f"default model not installed: {exc}")
+    llm = LocalLlama(path, n_ctx=512)
+    probs = llm.choice_probs([{"role": "user", "content": "Is 2 bigger than 1? Answer Yes or No."}],
+                             {"yes": ["Yes"], "no": ["No"]})
+    assert sum(probs.values()) == pytest.approx(1.0)
