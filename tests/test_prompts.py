@@ -88,7 +88,7 @@ def test_sufficiency_ends_with_yes_or_no() -> None:
 
 def test_block_agent_and_aggregate() -> None:
     block = p.block_agent_messages("Who has the cat?", "[2023-05-01] Tom: I took Miso.")
-    assert p.BLOCK_NONE in block[0]["content"] and "NOTES:" in block[1]["content"]
+    assert p.BLOCK_NONE in block[0]["content"] and "Tom: I took Miso." in block[1]["content"]
     agg = p.aggregate_messages("Who has the cat?", ["- [May 1] Tom has Miso", "- [June 2] Ana has Miso"])
     user = agg[1]["content"]
     assert user.index("[Block 1]") < user.index("[Block 2]")

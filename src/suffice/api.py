@@ -9,17 +9,22 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .config import Settings
 from .embed.protocol import Embedder
 from .errors import InvalidItemError
+from .llm.base import LLM
 from .retrieve import Method, Retriever
+from .route.sufficiency import SufficiencyRouter
 from .store.sqlite import ItemRow, SQLiteStore, validate_item, validate_scope
 from .text import embedding_text
 from .tokens import count_tokens
-from .types import Evidence, Item, NewItem, StoreStats
+from .types import Context, Evidence, Item, NewItem, RenderMode, StoreStats
 from .views import piece_spans
+
+if TYPE_CHECKING:
+    from .engine import Answer, Mode
 
 DEFAULT_SCOPE = "default"
 ItemLike = str | NewItem | Mapping[str, Any]
@@ -69,6 +74,7 @@ class Memory:
         else:
             self.embedder = embedder
         self.retriever = Retriever(self.store, self.embedder, self.settings)
+        self._llm: LLM | None = None
 
     @property
     def path(self) -> str:
@@ -110,7 +116,15 @@ class Memory:
                                          embed_model=self.embedder.name if self.embedder else ""))
             if progress is not None:
                 progress(len(batch))
+        if out:
+            self._close_units(scope)
         return out
+
+    def _close_units(self, scope: str) -> None:
+        """Write the record and links of every unit that the append closed (once each)."""
+        from .records import write_new_records
+
+        write_new_records(self, scope)
 
     def _prepare(self, batch: Sequence[NewItem]) -> list[ItemRow]:
         vecs = (self.embedder.embed([embedding_text(it.speaker, it.text) for it in batch])
@@ -133,6 +147,43 @@ class Memory:
             raise InvalidItemError("query is empty")
         self.store.require_scope(scope)
         return self.retriever.prefix(scope, query, k=k, method=method)
+
+    def render(self, query: str, budget_tokens: int, *, scope: str = DEFAULT_SCOPE,
+               mode: RenderMode | None = None, agent: bool = False) -> Context:
+        """A fresh memory for ``query`` that fits ``budget_tokens`` (o200k), with reasons.
+
+        Deterministic for the same store, query and budget; never over budget; no LLM call.
+        """
+        from .render import render_context
+
+        if not isinstance(query, str):
+            raise InvalidItemError("query must be a string")
+        self.store.require_scope(scope)
+        return render_context(self, query, budget_tokens, scope=scope, mode=mode, agent=agent)
+
+    def ask(self, question: str, *, scope: str = DEFAULT_SCOPE, llm: LLM | None = None,
+            mode: Mode = "fast", router: SufficiencyRouter | None = None, tau: float | None = None,
+            budget: int | None = None, context: Literal["prefix", "render"] = "prefix") -> Answer:
+        """Answer ``question`` from memory; the Answer carries a receipt of how it was made.
+
+        ``mode``: ``fast`` answers from the shared prefix, ``deep`` reads blocks with memory
+        agents, ``auto`` lets ``router`` decide with threshold ``tau``. Without ``llm`` the
+        local shipped model is loaded once and reused.
+        """
+        from .engine import Engine
+
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidItemError("question is empty")
+        self.store.require_scope(scope)
+        engine = Engine(self, llm or self.default_llm(), router=router, context=context)
+        return engine.ask(question, scope=scope, mode=mode, tau=tau, budget=budget)
+
+    def default_llm(self) -> LLM:
+        """The local shipped model (``[local]`` extra), loaded on first use and then kept."""
+        if self._llm is None:
+            from .llm import make_llm
+            self._llm = make_llm("local")
+        return self._llm
 
     def items(self, scope: str = DEFAULT_SCOPE, seqs: Iterable[int] | None = None) -> list[Item]:
         self.store.require_scope(scope)

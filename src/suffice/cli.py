@@ -30,7 +30,7 @@ app.add_typer(bench_app, name="bench")
 out = Console()
 err = Console(stderr=True)
 
-DbOpt = Annotated[str | None, typer.Option("--db", envvar="SUFFICE_DB",  # noqa: UP007
+DbOpt = Annotated[str | None, typer.Option("--db", envvar="SUFFICE_DB",
                                               help="Store path (default ./suffice.db).")]
 ScopeOpt = Annotated[str, typer.Option("--scope", "-s", help="Scope (hard partition) to use.")]
 
@@ -75,13 +75,13 @@ def open_memory(db: str | None, **kw: Any) -> Any:
 
 @app.command()
 def add(
-    text: Annotated[list[str] | None, typer.Argument(help="Text of one item each.")] = None,  # noqa: UP007
-    file: Annotated[Path | None, typer.Option("--file", "-f", help="JSONL file, one item per line.")] = None,  # noqa: UP007
+    text: Annotated[list[str] | None, typer.Argument(help="Text of one item each.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="JSONL file, one item per line.")] = None,
     scope: ScopeOpt = "default",
     session: Annotated[str, typer.Option(help="Session the items belong to.")] = "",
     speaker: Annotated[str, typer.Option(help="Who said it.")] = "",
     observed_at: Annotated[str, typer.Option("--at", help="When it happened.")] = "",
-    item_id: Annotated[str | None, typer.Option("--id", help="Client id (idempotent adds).")] = None,  # noqa: UP007
+    item_id: Annotated[str | None, typer.Option("--id", help="Client id (idempotent adds).")] = None,
     db: DbOpt = None,
 ) -> None:
     """Store items verbatim."""
@@ -113,7 +113,7 @@ def add(
 
 @import_app.command("locomo")
 def import_locomo(
-    file: Annotated[Path | None, typer.Argument(help="LoCoMo JSON (default: the shared copy).")] = None,  # noqa: UP007
+    file: Annotated[Path | None, typer.Argument(help="LoCoMo JSON (default: the shared copy).")] = None,
     db: DbOpt = None,
 ) -> None:
     """Import a LoCoMo file: one scope per conversation, one item per turn."""
@@ -161,7 +161,7 @@ def search(
 
 
 @app.command()
-def stats(scope: Annotated[str | None, typer.Option("--scope", "-s")] = None,  # noqa: UP007
+def stats(scope: Annotated[str | None, typer.Option("--scope", "-s")] = None,
           db: DbOpt = None) -> None:
     """Counts of the store (or of one scope)."""
     with errors():
@@ -172,12 +172,227 @@ def stats(scope: Annotated[str | None, typer.Option("--scope", "-s")] = None,  #
             out.print(f"{key:>15}: {value}")
 
 
+@app.command()
+def render(
+    query: Annotated[str, typer.Argument(help="What the memory is rendered for.")],
+    scope: ScopeOpt = "default",
+    budget: Annotated[int, typer.Option("--budget", "-b", help="Token budget B (o200k).")] = 2000,
+    mode: Annotated[str, typer.Option(help="unit, piece, unit+piece or timeline.")] = "unit",
+    agent: Annotated[bool, typer.Option("--agent", help="Agent mode: keep a recent window.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Render a budgeted memory (timeline + detail) and print it with its token accounting."""
+    with errors():
+        if mode not in ("unit", "piece", "unit+piece", "timeline"):
+            fail(f"unknown mode {mode!r}; use unit, piece, unit+piece or timeline")
+        mem = open_memory(db)
+        ctx = mem.render(query, budget, scope=scope, mode=mode, agent=agent)
+        if as_json:
+            from dataclasses import asdict
+            out.print_json(data=asdict(ctx))
+            return
+        out.print(ctx.text, highlight=False, markup=False)
+        out.print(f"[dim]--- {ctx.tokens} tokens of cap {ctx.cap} (budget {ctx.budget}), "
+                  f"mode {ctx.mode}, {len(ctx.parts)} parts[/dim]")
+        for p in ctx.parts:
+            out.print(f"[dim]  {p.kind:<8} unit {p.unit if p.unit is not None else '-':>4} "
+                      f"{p.tokens:>5} tok  {p.reason}[/dim]", highlight=False)
+        if ctx.notice:
+            out.print(f"[yellow]{ctx.notice}[/yellow]")
+
+
+@bench_app.command("render")
+def bench_render(
+    dataset: Annotated[str, typer.Option(help="locomo or beam.")] = "locomo",
+    data: Annotated[Path | None, typer.Option(help="Dataset file or folder (default: shared copy).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the PNG plot here.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Use only the first N conversations.")] = None,
+) -> None:
+    """Share of questions with full gold evidence in the rendered context, per method and B."""
+    with errors():
+        from .bench import render as render_bench
+        out.print(render_bench.main(dataset=dataset, data=data, json_out=json_out, plot=plot,
+                                    limit=limit), highlight=False, markup=False)
+
+
+def make_reader(provider: str, model: str | None, base_url: str | None) -> Any:
+    from .llm import make_llm
+    if provider == "local":
+        return make_llm("local", **({"model_path": model} if model else {}))
+    if provider in ("http", "openai"):
+        return make_llm("http", base_url=base_url, model=model)
+    fail(f"unknown provider {provider!r}; use local or http")
+
+
+ProviderOpt = Annotated[str, typer.Option(
+    help="local (llama.cpp, shipped model) or http (OpenAI-compatible).")]
+ModelOpt = Annotated[str | None, typer.Option(help="Model name, or a GGUF path for local.")]
+BaseUrlOpt = Annotated[str | None, typer.Option(help="Base URL for --provider http.")]
+
+
+@bench_app.command("qa")
+def bench_qa(
+    dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N questions of categories 1-4.")] = 100,
+    variants: Annotated[str, typer.Option(
+        help="Comma list of fast, render, recency, no-memory.")] = "fast,recency,no-memory",
+    budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    use_judge: Annotated[bool, typer.Option("--judge/--no-judge",
+                                            help="Score with the LLM judge too.")] = True,
+    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+                        ] = Path("runs/qa_locomo.jsonl"),
+    store: Annotated[Path, typer.Option("--store", help="Store the dataset is ingested into.")
+                     ] = Path("runs/locomo.db"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+) -> None:
+    """Answer questions from memory and report F1, judge, tokens, cost and latency per category."""
+    with errors():
+        if dataset != "locomo":
+            fail(f"unknown dataset {dataset!r}; bench qa supports: locomo")
+        from .bench import qa
+        from .bench.report import envelope, write_json
+        from .datasets.locomo import default_path, load_locomo
+        wanted = [v.strip() for v in variants.split(",") if v.strip()]
+        bad = [v for v in wanted if v not in qa.VARIANTS]
+        if bad:
+            fail(f"unknown variant(s) {', '.join(bad)}; use {', '.join(qa.VARIANTS)}")
+        convs = load_locomo(data)
+        items = qa.select(convs, limit)
+        mem = open_memory(str(store))
+        with progress_bar("ingesting", None) as advance:
+            qa.ingest(mem, convs, {i.scope for i in items}, progress=advance)
+        llm = make_reader(provider, model, base_url)
+        with progress_bar("questions", len(items)) as advance:
+            qa.run(mem, llm, items, wanted, budget, out_path, judge_llm=llm if use_judge else None,
+                   progress=advance)
+        summary = qa.summarize(out_path, {i.key for i in items})
+        out.print(qa.format_summary(summary), highlight=False, markup=False)
+        if json_out is not None:
+            write_json(json_out, envelope("qa", dataset, str(data or default_path()),
+                                          {"budget": budget, "limit": limit, "variants": wanted,
+                                           "reader": llm.model, "judge": llm.model if use_judge else None},
+                                          summary))
+            out.print(f"wrote {json_out}")
+
+
+@bench_app.command("progressive")
+def bench_progressive(
+    dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N questions of categories 1-4.")] = 150,
+    taus: Annotated[str, typer.Option(help="Comma list of router thresholds.")] = "0.1,0.3,0.5,0.7,0.9",
+    budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    use_judge: Annotated[bool, typer.Option("--judge/--no-judge",
+                                            help="Score with the LLM judge too.")] = False,
+    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+                        ] = Path("runs/progressive_locomo.jsonl"),
+    store: Annotated[Path, typer.Option("--store", help="Store the dataset is ingested into.")
+                     ] = Path("runs/locomo.db"),
+    plot: Annotated[Path | None, typer.Option(help="Quality-vs-latency PNG.")
+                    ] = Path("docs/progressive_locomo.png"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+) -> None:
+    """Fast, deep and auto(tau): F1, early-termination rate, T_mem, T_e2e, tokens, cost, router AUC."""
+    with errors():
+        if dataset != "locomo":
+            fail(f"unknown dataset {dataset!r}; bench progressive supports: locomo")
+        try:
+            tau_list = [float(t) for t in taus.split(",") if t.strip()]
+        except ValueError:
+            fail(f"--taus must be numbers separated by commas, got {taus!r}")
+        from .bench import progressive, qa
+        from .bench.report import envelope, write_json
+        from .datasets.locomo import default_path, load_locomo
+        convs = load_locomo(data)
+        items = qa.select(convs, limit)
+        mem = open_memory(str(store))
+        with progress_bar("ingesting", None) as advance:
+            qa.ingest(mem, convs, {i.scope for i in items}, progress=advance)
+        dia = {c.scope: {str(it.meta.get("dia_id")): it.seq for it in mem.items(c.scope)}
+               for c in convs if c.scope in {i.scope for i in items}}
+
+        def gold(item: Any) -> set[int]:
+            return {dia[item.scope][d] for d in item.q.evidence if d in dia[item.scope]}
+
+        llm = make_reader(provider, model, base_url)
+        with progress_bar("questions", len(items)) as advance:
+            progressive.run(mem, llm, items, out_path, budget=budget, gold_seqs=gold,
+                            judge_llm=llm if use_judge else None, progress=advance)
+        summary = progressive.summarize(out_path, tau_list, {i.key for i in items})
+        out.print(progressive.format_summary(summary), highlight=False, markup=False)
+        if plot is not None:
+            progressive.plot(summary, plot)
+            out.print(f"wrote {plot}")
+        if json_out is not None:
+            write_json(json_out, envelope("progressive", dataset, str(data or default_path()),
+                                          {"budget": budget, "limit": limit, "taus": tau_list,
+                                           "reader": llm.model, "settings": mem.settings.__class__.__name__},
+                                          summary))
+            out.print(f"wrote {json_out}")
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    scope: ScopeOpt = "default",
+    mode: Annotated[str, typer.Option(help="fast, deep or auto.")] = "fast",
+    tau: Annotated[float | None, typer.Option(help="Router threshold for --mode auto.")] = None,
+    router: Annotated[str, typer.Option(help="lm (zero-shot) or signals, for --mode auto.")] = "lm",
+    budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answer and receipt as JSON.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Answer a question from memory and print the answer with its receipt."""
+    with errors():
+        if mode not in ("fast", "deep", "auto"):
+            fail(f"unknown mode {mode!r}; use fast, deep or auto")
+        mem = open_memory(db)
+        mem.store.require_scope(scope)
+        llm = make_reader(provider, model, base_url)
+        rt: Any = None
+        if mode == "auto":
+            from .route.sufficiency import LMRouter, ScoreRouter
+            rt = LMRouter(llm) if router == "lm" else ScoreRouter()
+        ans = mem.ask(question, scope=scope, llm=llm, mode=mode, router=rt, tau=tau,
+                      budget=budget)
+        r = ans.receipt
+        if as_json:
+            from dataclasses import asdict
+            out.print_json(data={"answer": ans.text, "receipt": asdict(r)})
+            return
+        out.print(f"[bold]{ans.text}[/bold]", highlight=False)
+        routed = (f", router {r.router} {r.router_score:.2f} vs tau {r.tau}"
+                  if r.router_score is not None else "")
+        out.print(f"[dim]path {r.path} (mode {r.mode}" + routed
+                  + f") | model {r.model} | {r.input_tokens} in + {r.output_tokens} out tokens, "
+                  f"${r.cost_usd:.5f} | {r.t_e2e_ms:.0f} ms end to end, {r.t_mem_ms:.0f} ms memory[/dim]",
+                  highlight=False)
+        out.print("[dim]stages: " + ", ".join(f"{k} {v:.0f} ms" for k, v in r.stages_ms.items()) + "[/dim]")
+        for b in r.blocks:
+            out.print(f"[dim]block {b.block} items {b.first_seq}-{b.last_seq}: {b.why}; "
+                      f"{'relevant' if b.relevant else 'nothing relevant'} ({b.latency_ms:.0f} ms)[/dim]")
+        for n in r.notes:
+            out.print(f"[yellow]note: {n}[/yellow]", highlight=False)
+
+
 @bench_app.command("retrieval")
 def bench_retrieval(
     dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
-    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,  # noqa: UP007
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,  # noqa: UP007
-    db: Annotated[str | None, typer.Option("--db", help="Store to use (default: a temporary one).")] = None,  # noqa: UP007
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    db: Annotated[str | None, typer.Option("--db", help="Store to use (default: a temporary one).")] = None,
 ) -> None:
     """Evidence recall@k and all-evidence-in-B for bm25, dense, fused and recency."""
     with errors():

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from .errors import ConfigError
+from .types import RenderMode
 
 FusionMethod = Literal["rrf", "weighted"]
 
@@ -55,6 +56,26 @@ class Settings:
     """E: size of an excerpt centred on a unit's best BM25 piece."""
     recent_share: float = 0.0
     """Share of B kept for the newest items verbatim (0.25 in agent mode)."""
+    render_mode: RenderMode = "piece"
+    """Detail by whole units/excerpts, verbatim pieces, both in turn, or the timeline alone."""
+    record_tokens: int = 40
+    """A record (one timeline line) is cut to this many o200k tokens so the timeline stays compact."""
+    link_hops: int = 1
+    """H: how many links priority travels from a seed; one hop keeps the spread local."""
+    excerpts: bool = True
+    """Unit recovery may show an excerpt when the raw unit does not fit (off only for ablations)."""
+    piece_whole_item_tokens: int = 128
+    """Piece recovery shows a hit's whole item up to this size: a piece of a short turn reads badly."""
+    piece_unit_boost: float = 1.0
+    """Piece order adds this times the unit's priority, in units of a top RRF rank."""
+    dense_scan_items: int = 20000
+    """Render scores item vectors one by one up to this many items; above, only in the best units."""
+    short_headers: bool = True
+    """Over recovered detail, a record shows only when and who: the detail says what verbatim."""
+    repeat_time: bool = False
+    """Item lines repeat their time even under a record header that already states it."""
+    seed_hit_weight: float = 0.5
+    """Seed score = (1-w)*unit cosine + w*prefix-hit mass of the unit; 0 is the paper's cosine only."""
 
     # --- engine (Router-Mem) ---------------------------------------------------------------
     tau: float = 0.5
@@ -71,23 +92,30 @@ class Settings:
     def __post_init__(self) -> None:
         for name in ("unit_tokens", "piece_max_tokens", "block_tokens", "block_stride",
                      "prefix_k", "candidate_k", "rrf_k", "seeds", "excerpt_tokens",
-                     "max_blocks", "concurrency"):
+                     "max_blocks", "concurrency", "record_tokens", "dense_scan_items",
+                     "piece_whole_item_tokens"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"setting {name} must be positive, got {getattr(self, name)!r}")
         if self.block_stride > self.block_tokens:
             raise ConfigError("block_stride must not exceed block_tokens (blocks would leave gaps)")
         for name in ("prompt_cap", "timeline_share", "link_discount", "tau", "bm25_weight",
-                     "recent_share"):
+                     "recent_share", "seed_hit_weight"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"setting {name} must lie in [0, 1], got {value!r}")
+        if self.links_per_unit < 0 or self.link_hops < 0:
+            raise ConfigError("links_per_unit and link_hops must not be negative")
+        if self.render_mode not in ("unit", "piece", "unit+piece", "timeline"):
+            raise ConfigError(f"render_mode must be unit, piece, unit+piece or timeline, "
+                              f"got {self.render_mode!r}")
         if self.fusion not in ("rrf", "weighted"):
             raise ConfigError(f"fusion must be 'rrf' or 'weighted', got {self.fusion!r}")
 
     @classmethod
     def for_agent(cls, **overrides: Any) -> Settings:
         """Defaults for agent trajectories: smaller units, more timeline, stronger links."""
-        base = cls(unit_tokens=1000, timeline_share=0.5, link_discount=0.9, recent_share=0.25)
+        base = cls(unit_tokens=1000, timeline_share=0.5, link_discount=0.9, recent_share=0.25,
+                   render_mode="unit")
         return replace(base, **overrides)
 
     def replace(self, **overrides: Any) -> Settings:

@@ -182,25 +182,32 @@ BLOCK_NONE = "NONE"
 def block_agent_messages(question: str, block_text: str) -> list[Message]:
     """A memory agent reading one block of history on the deep path.
 
-    It returns the block's relevant notes with their times and a tentative answer, or NONE,
-    so the aggregator can merge blocks without seeing their raw text.
+    The task is extractive on purpose: copying the lines that matter, with their dates, is
+    something even a small local model does reliably, and the copies can be checked against
+    the block. Lines the prefix retrieved are marked with ``*``.
     """
     system = (
-        "You read one block of a long history (conversation turns or agent steps) and pull out "
-        "what matters for a question. List every note in the block that bears on it: facts, "
-        "events, plans, preferences, and changes of mind. Put the date or time in square brackets "
-        "at the start of each note when the block gives one, and resolve relative dates against "
-        "it. Keep each note to one line and keep names and numbers exactly as written. Then give "
-        f"a tentative answer based on this block alone. If nothing is relevant, write {BLOCK_NONE} "
-        f"for the notes and {BLOCK_NONE} for the answer."
+        "You help answer a question about a long history by reading one excerpt of it. Copy "
+        "every line of the excerpt that helps answer the question, exactly as written, one per "
+        "line, keeping its date. Copy nothing else and add no comments. If no line helps, write "
+        f"{BLOCK_NONE}."
     )
     user = (
-        f"Block:\n{block_text.strip()}\n\nQuestion: {question}\n\n"
-        "Reply in exactly this format:\n"
-        "NOTES:\n- [time] note\n- [time] note\n"
-        f"ANSWER: tentative answer, or {BLOCK_NONE}"
+        f"Excerpt:\n{block_text.strip()}\n\nQuestion: {question}\n\n"
+        "Lines that help answer the question:"
     )
     return [_msg("system", system), _msg("user", user)]
+
+
+def deep_context(notes: str, evidence: str) -> str:
+    """The reader's context on the deep path: agents' notes first, then the prefix evidence."""
+    parts = []
+    if notes.strip():
+        parts.append("Notes that memory readers copied from the history, oldest first "
+                     "(a later note replaces an earlier one when they disagree):\n" + notes.strip())
+    if evidence.strip():
+        parts.append("Retrieved turns:\n" + evidence.strip())
+    return "\n\n".join(parts)
 
 
 def aggregate_messages(question: str, notes: Sequence[str] | str) -> list[Message]:
@@ -275,6 +282,7 @@ __all__ = [
     "aggregate_messages",
     "answer_messages",
     "block_agent_messages",
+    "deep_context",
     "choose_style",
     "find_date",
     "judge_messages",

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -32,6 +32,8 @@ class ScopeIndex:
     seqs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     lock: threading.Lock = field(default_factory=threading.Lock)
+    caches: dict[str, Any] = field(default_factory=dict)
+    """Per-scope state of higher layers (e.g. records' unit vectors), kept as long as the index."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,3 +138,38 @@ class StoreStats:
     tokens: int
     schema_version: int
     path: str
+
+
+RenderMode = Literal["unit", "piece", "unit+piece", "timeline"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPart:
+    """One included part of a rendered context and why it is there (part of the receipt)."""
+
+    kind: Literal["record", "raw", "excerpt", "piece", "recent", "notice"]
+    unit: int | None
+    seqs: tuple[int, ...]
+    tokens: int
+    reason: str
+    """e.g. 'seed 0.82', 'link from unit 4 (0.41)', 'recency', 'timeline'."""
+    score: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """A rendered memory: text within budget, its exact o200k count, and its parts."""
+
+    text: str
+    tokens: int
+    budget: int
+    cap: int
+    mode: str
+    parts: tuple[ContextPart, ...]
+    notice: str = ""
+    """Set when the budget was too small for anything, or a part had to be dropped."""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.text

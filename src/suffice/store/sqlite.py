@@ -403,14 +403,17 @@ class SQLiteStore:
             "SELECT i.seq FROM items i LEFT JOIN embeddings e ON e.scope = i.scope AND e.seq = i.seq"
             " AND e.model = ? WHERE i.scope = ? AND e.seq IS NULL ORDER BY i.seq", (model, scope))]
 
-    def records(self, scope: str) -> list[tuple[int, int, int, str, str]]:
+    def records(self, scope: str, after_unit: int = -1) -> list[tuple[int, int, int, str, str]]:
+        """(unit, first_seq, last_seq, text, writer) of records after ``after_unit``, in unit order."""
         return [(int(a), int(b), int(c), str(d), str(e)) for a, b, c, d, e in self._read(
-            "SELECT unit, first_seq, last_seq, text, writer FROM records WHERE scope = ? ORDER BY unit",
-            (scope,))]
+            "SELECT unit, first_seq, last_seq, text, writer FROM records WHERE scope = ? AND unit > ?"
+            " ORDER BY unit", (scope, after_unit))]
 
-    def links(self, scope: str) -> list[tuple[int, int, str, float]]:
+    def links(self, scope: str, after_src: int = -1) -> list[tuple[int, int, str, float]]:
+        """(src, dst, kind, weight) of links written by units after ``after_src``."""
         return [(int(a), int(b), str(c), float(d)) for a, b, c, d in self._read(
-            "SELECT src, dst, kind, weight FROM links WHERE scope = ?", (scope,))]
+            "SELECT src, dst, kind, weight FROM links WHERE scope = ? AND src > ? ORDER BY src, dst, kind",
+            (scope, after_src))]
 
     def stats(self, scope: str | None = None, *, embed_model: str = "") -> StoreStats:
         where, params = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())

@@ -1,0 +1,157 @@
+"""The deep path: reuse the prefix hits to pick blocks, read each block with a memory agent
+(concurrently), and merge the agents' notes in time order.
+
+No second retrieval runs here: blocks are chosen from the same hits the prefix found.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .config import Settings
+from .errors import ProviderError
+from .llm.base import LLM, Ledger
+from .prompts import BLOCK_NONE, block_agent_messages
+from .text import words
+from .tokens import count_tokens, truncate
+from .types import Block, Hit, Item
+from .views import ScopeViews
+
+
+@dataclass(frozen=True, slots=True)
+class ChosenBlock:
+    block: Block
+    why: str
+    mass: float
+
+
+@dataclass(frozen=True, slots=True)
+class AgentNote:
+    """What one memory agent made of its block."""
+
+    block: int
+    first_seq: int
+    last_seq: int
+    notes: str
+    answer: str
+    relevant: bool
+    latency_ms: float
+    ok: bool = True
+    error: str = ""
+
+
+def choose_blocks(hits: Sequence[Hit], views: ScopeViews, settings: Settings) -> list[ChosenBlock]:
+    """Anchor blocks by hit mass, plus their temporal neighbours, capped and in time order."""
+    mass: dict[int, float] = {}
+    count: dict[int, int] = {}
+    for h in hits:
+        for b in h.blocks:
+            mass[b] = mass.get(b, 0.0) + h.score
+            count[b] = count.get(b, 0) + 1
+    anchors = sorted(mass, key=lambda b: (-mass[b], -b))[: settings.anchor_blocks]
+    chosen: dict[int, str] = {b: f"anchor: {count[b]} hit(s), mass {mass[b]:.3f}" for b in anchors}
+    for b in anchors:
+        for nb in (b - 1, b + 1):
+            if len(chosen) >= settings.max_blocks:
+                break
+            if nb not in chosen and 0 <= nb < views.n_blocks():
+                chosen[nb] = f"temporal neighbour of block {b}"
+    out = []
+    for b in sorted(chosen)[: settings.max_blocks] if len(chosen) > settings.max_blocks else sorted(chosen):
+        blk = views.block(b)
+        if blk is not None:
+            out.append(ChosenBlock(blk, chosen[b], mass.get(b, 0.0)))
+    return out
+
+
+@runtime_checkable
+class MemoryAgent(Protocol):
+    """Reads one block for a question. Pluggable: an LLM reader now, tiered pipelines later."""
+
+    def read(self, question: str, block: Block, items: Sequence[Item], hit_seqs: set[int],
+             *, ledger: Ledger | None = None) -> AgentNote:
+        ...
+
+
+class LLMBlockReader:
+    """The default memory agent: one LLM call copies the block's relevant lines.
+
+    Copies are checked against the block: a line whose words mostly do not occur in the block
+    (a small model echoing its instructions, or inventing) is dropped, so notes stay verbatim.
+    """
+
+    def __init__(self, llm: LLM, *, max_block_tokens: int = 1800, max_tokens: int = 160,
+                 grounding: float = 0.6) -> None:
+        self.llm = llm
+        self.max_block_tokens = max_block_tokens
+        self.max_tokens = max_tokens
+        self.grounding = grounding
+
+    def read(self, question: str, block: Block, items: Sequence[Item], hit_seqs: set[int],
+             *, ledger: Ledger | None = None) -> AgentNote:
+        t0 = time.perf_counter()
+        lines = [("* " if it.seq in hit_seqs else "") + it.render() for it in items]
+        text = truncate("\n".join(lines), self.max_block_tokens)
+        try:
+            out = self.llm.chat(block_agent_messages(question, text), max_tokens=self.max_tokens,
+                                stage="block_agent", ledger=ledger).text
+        except ProviderError as exc:
+            return AgentNote(block.index, block.first_seq, block.last_seq, "", "", False,
+                             (time.perf_counter() - t0) * 1e3, ok=False, error=str(exc))
+        kept = grounded_lines(out, text, self.grounding)
+        return AgentNote(block.index, block.first_seq, block.last_seq, "\n".join(kept), "",
+                         bool(kept), (time.perf_counter() - t0) * 1e3)
+
+
+def grounded_lines(output: str, source: str, threshold: float) -> list[str]:
+    """Output lines whose words mostly occur in ``source``; NONE and blanks dropped, no repeats."""
+    vocab = set(words(source))
+    kept: list[str] = []
+    for raw in output.splitlines():
+        line = raw.strip().lstrip("-*• ").strip()
+        if not line or line.upper().strip(".") == BLOCK_NONE:
+            continue
+        toks = words(line)
+        if toks and sum(t in vocab for t in toks) / len(toks) >= threshold and line not in kept:
+            kept.append(line)
+    return kept
+
+
+def run_agents(agent: MemoryAgent, question: str, blocks: Sequence[ChosenBlock],
+               block_items: dict[int, list[Item]], hit_seqs: set[int], *, concurrency: int,
+               ledger: Ledger | None = None) -> list[AgentNote]:
+    """One agent per block, at most ``concurrency`` at once; notes come back in time order."""
+
+    def one(cb: ChosenBlock) -> AgentNote:
+        try:
+            return agent.read(question, cb.block, block_items[cb.block.index], hit_seqs, ledger=ledger)
+        except Exception as exc:  # an agent bug must not sink the query: degrade to no note
+            return AgentNote(cb.block.index, cb.block.first_seq, cb.block.last_seq, "", "", False,
+                             0.0, ok=False, error=f"{type(exc).__name__}: {exc}")
+
+    if not blocks:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(blocks)))) as pool:
+        notes = list(pool.map(one, blocks))
+    return sorted(notes, key=lambda n: n.first_seq)
+
+
+def notes_text(notes: Sequence[AgentNote], budget: int) -> str:
+    """Relevant notes in time order, repeated lines (from overlapping blocks) once, cut to budget."""
+    seen: set[str] = set()
+    lines: list[str] = []
+    for n in notes:
+        if not n.relevant:
+            continue
+        for line in n.notes.splitlines():
+            if line not in seen:
+                seen.add(line)
+                lines.append(line)
+        if n.answer:
+            lines.append(f"(reader of items {n.first_seq}-{n.last_seq} suggests: {n.answer})")
+    text = "\n".join(lines)
+    return text if count_tokens(text) <= budget else truncate(text, budget)

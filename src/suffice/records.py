@@ -1,0 +1,323 @@
+"""Records and links: the write-once side of budgeted rendering.
+
+When a unit closes (a later item started a new unit), it gets one **record**, a single
+timeline line saying when, who and what, and up to m **content links** to the most similar
+earlier units. Both are written once and never changed, so a rendered memory can always be
+rebuilt from the item log plus these lines. Temporal links (unit j to j +/- 1) are implicit.
+
+The record is written by a fixed rule by default, because a timeline must not depend on a model
+being reachable at write time. A caller may configure an LLM writer (``memory.record_writer``
+or the ``writer`` argument); when it fails, the rule writes the record instead and the store
+says so (``writer = 'rule'``).
+
+This module also keeps, per scope, the in-memory state the renderer reads on every call: unit
+vectors (normalised mean of item embeddings, folded in incrementally), record texts with their
+token counts, and the link lists. Nothing here is recomputed per query.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from .retrieve import ScopeIndex
+from .text import STOPWORDS, sentence_spans, words
+from .tokens import count_tokens, encode, encoding
+from .types import Item, Unit
+
+if TYPE_CHECKING:
+    from .api import Memory
+
+RecordWriter = Callable[[Sequence[Item]], str]
+"""Writes the gist of one closed unit from its items (e.g. one LLM call); may raise."""
+
+_CACHE_KEY = "records"
+_SPACE = re.compile(r"\s+")
+
+RECORD_PREFIX = "# "
+"""Marks a record line in a rendered memory, so a reader tells records from item lines."""
+
+
+def record_line(text: str) -> str:
+    """A record as it appears in a rendered memory."""
+    return RECORD_PREFIX + text
+
+
+_HEAD = re.compile(r"^\[[^\]]*\](?: [^:\[\]]{1,80}(?=: ))?")
+
+
+def header_line(text: str) -> str:
+    """The record's when-and-who alone: the header over detail that shows the what verbatim."""
+    m = _HEAD.match(text)
+    return RECORD_PREFIX + m.group(0) if m else record_line(text)
+
+
+# -- the fixed rule ----------------------------------------------------------------------------
+
+
+def _when(items: Sequence[Item]) -> str:
+    times = [it.observed_at for it in items if it.observed_at]
+    if not times:
+        return f"[#{items[0].seq}-{items[-1].seq}]"
+    if times[0] == times[-1]:
+        return f"[{times[0]}]"
+    return f"[{times[0]} - {times[-1]}]"
+
+
+def _who(items: Sequence[Item]) -> str:
+    names: list[str] = []
+    for it in items:
+        name = it.speaker or it.role or it.kind
+        if name and name not in names:
+            names.append(name)
+    if len(names) > 3:
+        return ", ".join(names[:3]) + f" +{len(names) - 3}"
+    return ", ".join(names)
+
+
+def _is_content(word: str, names: set[str]) -> bool:
+    return len(word) >= 3 and word not in STOPWORDS and not word.isdigit() and word not in names
+
+
+def _gist(items: Sequence[Item]) -> str:
+    """Keywords (most frequent content words) and the first sentence that says something."""
+    names = {w for it in items for w in words(it.speaker or "")}
+    counts: dict[str, int] = {}
+    first: dict[str, int] = {}
+    pos = 0
+    for it in items:
+        for w in words(it.text):
+            if _is_content(w, names):
+                counts[w] = counts.get(w, 0) + 1
+                first.setdefault(w, pos)
+                pos += 1
+    keywords = sorted(counts, key=lambda w: (-counts[w], first[w]))[:4]
+    opening = ""
+    for it in items:
+        for s, e in sentence_spans(it.text):
+            sentence = it.text[s:e]
+            if sum(_is_content(w, names) for w in words(sentence)) >= 3:
+                opening = sentence
+                break
+        if opening:
+            break
+    if not opening:
+        opening = items[0].text
+    opening = _SPACE.sub(" ", opening).strip()
+    return f"{', '.join(keywords)} | {opening}" if keywords else opening
+
+
+def fit_line(text: str, max_tokens: int) -> str:
+    """``text`` on one line, cut at a word boundary with an ellipsis to at most ``max_tokens``."""
+    line = _SPACE.sub(" ", text).strip()
+    if count_tokens(line) <= max_tokens:
+        return line
+    ids = encode(line)
+    keep = max(max_tokens - 1, 0)
+    while keep > 0:
+        head = encoding().decode(ids[:keep])
+        cut = head.rfind(" ")
+        if cut > 0:
+            head = head[:cut]
+        head = head.rstrip(" ,;:|-") + "…"
+        if count_tokens(head) <= max_tokens:
+            return head
+        keep -= 1
+    return ""
+
+
+def rule_record(items: Sequence[Item], max_tokens: int = 40) -> str:
+    """The fixed-rule record of a unit: ``[when] who: keywords | opening sentence``, cut to fit."""
+    if not items:
+        return ""
+    return fit_line(f"{_when(items)} {_who(items)}: {_gist(items)}", max_tokens)
+
+
+def _writer_record(writer: RecordWriter, items: Sequence[Item], max_tokens: int) -> str:
+    """An LLM gist under the same time stamp as rule records; '' when the writer fails."""
+    try:
+        gist = writer(items)
+    except Exception:  # noqa: BLE001 - any writer failure falls back to the rule
+        return ""
+    if not isinstance(gist, str) or not gist.strip():
+        return ""
+    first = next((ln for ln in gist.splitlines() if ln.strip()), "")
+    return fit_line(f"{_when(items)} {first}", max_tokens)
+
+
+# -- per-scope state -------------------------------------------------------------------------
+
+
+@dataclass
+class ScopeRecords:
+    """Unit vectors, records and links of one scope, extended as the log grows."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    folded: int = 0
+    """Items whose embedding has been added into ``sums``."""
+    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    vecs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    """Row j: normalised mean embedding of unit j (zero while it has no embedded item)."""
+    texts: list[str | None] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    """o200k tokens of each stored record's rendered line (0 where a record is missing)."""
+    writers: list[str] = field(default_factory=list)
+    links_upto: int = -1
+    adjacency: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    """Content links in both directions: unit -> [(other unit, cosine)]."""
+    header_cost: dict[str, int] = field(default_factory=dict)
+    """Tokens of header lines by text (records never change, the open unit's may)."""
+    item_cache: dict[int, Item] = field(default_factory=dict)
+    piece_cache: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    """Items and piece spans read by recent renders (both immutable), by seq."""
+    line_cost: dict[tuple[int, bool], int] = field(default_factory=dict)
+    """Tokens of whole item lines by (seq, time shown): items never change, so neither do these."""
+    open_record: tuple[int, int, str, int] | None = None
+    """(unit, last_seq, text, tokens) of the open unit's on-the-fly record."""
+
+    def unit_vectors(self, n_units: int) -> np.ndarray:
+        if self.vecs.shape[0] >= n_units:
+            return self.vecs[:n_units]
+        dim = self.vecs.shape[1] if self.vecs.ndim == 2 else 0
+        pad = np.zeros((n_units - self.vecs.shape[0], dim), dtype=np.float32)
+        return np.vstack([self.vecs, pad]) if dim else np.zeros((n_units, 0), dtype=np.float32)
+
+
+def _fold(st: ScopeRecords, idx: ScopeIndex) -> None:
+    """Add embeddings of items not folded yet into their units' sums; renormalise those units."""
+    if idx.matrix.size == 0 or idx.seqs.size == 0:
+        return
+    start = int(np.searchsorted(idx.seqs, st.folded))
+    if start >= idx.seqs.size:
+        return
+    seqs = idx.seqs[start:]
+    rows = idx.matrix[start:]
+    views = idx.views
+    units = np.asarray(views.unit_of[int(seqs[0]):int(seqs[-1]) + 1], dtype=np.int64)
+    units = units[seqs - seqs[0]]
+    n_units = len(views.units)
+    dim = rows.shape[1]
+    if st.sums.shape[0] < n_units or st.sums.shape[1] != dim:
+        grown = np.zeros((max(n_units, 2 * st.sums.shape[0]), dim), dtype=np.float32)
+        if st.sums.size:
+            grown[:st.sums.shape[0]] = st.sums
+        st.sums = grown
+    np.add.at(st.sums, units, rows)
+    lo = int(units.min())
+    block = st.sums[lo:n_units]
+    norms = np.linalg.norm(block, axis=1, keepdims=True)
+    fresh = np.divide(block, norms, out=np.zeros_like(block), where=norms > 0)
+    if st.vecs.shape[1:] != (dim,):
+        st.vecs = np.zeros((0, dim), dtype=np.float32)
+    st.vecs = np.vstack([st.vecs[:lo], fresh]).astype(np.float32, copy=False)
+    st.folded = int(seqs[-1]) + 1
+
+
+def _load(st: ScopeRecords, memory: Memory, scope: str) -> None:
+    """Pick up records and links written since the last look (by us or another process)."""
+    for unit, _first, _last, text, writer in memory.store.records(scope, after_unit=len(st.texts) - 1):
+        _set_record(st, unit, text, writer, count_tokens(record_line(text)))
+    for src, dst, kind, weight in memory.store.links(scope, after_src=st.links_upto):
+        if kind == "content":
+            st.adjacency.setdefault(src, []).append((dst, weight))
+            st.adjacency.setdefault(dst, []).append((src, weight))
+        st.links_upto = max(st.links_upto, src)
+
+
+def _set_record(st: ScopeRecords, unit: int, text: str, writer: str, tokens: int) -> None:
+    while len(st.texts) <= unit:
+        st.texts.append(None)
+        st.tokens.append(0)
+        st.writers.append("")
+    st.texts[unit], st.tokens[unit], st.writers[unit] = text, tokens, writer
+
+
+def scope_records(memory: Memory, scope: str) -> tuple[ScopeIndex, ScopeRecords]:
+    """The scope's index and record state, both in step with the store."""
+    idx = memory.retriever.index(scope)
+    with idx.lock:
+        st = cast(ScopeRecords | None, idx.caches.get(_CACHE_KEY))
+        if st is None:
+            st = idx.caches[_CACHE_KEY] = ScopeRecords()
+    with st.lock:
+        _fold(st, idx)
+        _load(st, memory, scope)
+    return idx, st
+
+
+def content_links(vecs: np.ndarray, unit: int, m: int) -> list[tuple[int, float]]:
+    """Top-``m`` earlier units by cosine to ``unit`` (its temporal neighbour excluded)."""
+    if m <= 0 or unit < 2 or vecs.shape[1] == 0:
+        return []
+    sims = vecs[:unit - 1] @ vecs[unit]
+    order = sorted(range(sims.shape[0]), key=lambda j: (-float(sims[j]), -j))[:m]
+    return [(j, round(float(sims[j]), 6)) for j in order if sims[j] > 0]
+
+
+def open_unit_record(memory: Memory, scope: str, st: ScopeRecords, unit: Unit) -> tuple[str, int]:
+    """A rule record for the still-open unit (text, line tokens), computed on the fly, never stored."""
+    with st.lock:
+        cached = st.open_record
+        if cached is not None and cached[0] == unit.index and cached[1] == unit.last_seq:
+            return cached[2], cached[3]
+    items = memory.store.items(scope, start=unit.first_seq, end=unit.last_seq + 1)
+    text = rule_record(items, memory.settings.record_tokens)
+    tokens = count_tokens(record_line(text))
+    with st.lock:
+        st.open_record = (unit.index, unit.last_seq, text, tokens)
+    return text, tokens
+
+
+def write_new_records(memory: Memory, scope: str, writer: RecordWriter | None = None) -> int:
+    """Write records and links for units closed since the last call; return how many.
+
+    Idempotent and safe to race: a record another writer stored first is kept as it is.
+    """
+    writer = writer or cast(RecordWriter | None, getattr(memory, "record_writer", None))
+    idx, st = scope_records(memory, scope)
+    settings = memory.settings
+    units = [u for u in idx.views.units if u.closed]
+    with st.lock:
+        pending = [u for u in units if u.index >= len(st.texts) or st.texts[u.index] is None]
+        vecs = st.unit_vectors(len(idx.views.units))
+    written = 0
+    for g in range(0, len(pending), 256):
+        group = pending[g:g + 256]
+        items = memory.store.items(scope, start=group[0].first_seq, end=group[-1].last_seq + 1)
+        by_seq = {it.seq: it for it in items}
+        for u in group:
+            unit_items = [by_seq[s] for s in range(u.first_seq, u.last_seq + 1) if s in by_seq]
+            if not unit_items:
+                continue
+            text, who = "", "rule"
+            if writer is not None:
+                text = _writer_record(writer, unit_items, settings.record_tokens)
+                who = str(getattr(writer, "name", "llm")) if text else "rule"
+            if not text:
+                text = rule_record(unit_items, settings.record_tokens)
+            links = [(dst, "content", w) for dst, w in content_links(vecs, u.index, settings.links_per_unit)]
+            stored = memory.store.put_record(scope, u.index, u.first_seq, u.last_seq, text, who, links)
+            if stored:
+                written += 1
+                with st.lock:
+                    _set_record(st, u.index, text, who, count_tokens(record_line(text)))
+    with st.lock:
+        _load(st, memory, scope)
+    return written
+
+
+def record_summary(memory: Memory, scope: str) -> dict[str, Any]:
+    """Counts for receipts and tests: records, writers, content links."""
+    _idx, st = scope_records(memory, scope)
+    with st.lock:
+        writers: dict[str, int] = {}
+        for w in st.writers:
+            if w:
+                writers[w] = writers.get(w, 0) + 1
+        links = sum(len(v) for v in st.adjacency.values()) // 2
+        return {"records": sum(t is not None for t in st.texts), "writers": writers, "links": links}

@@ -1,0 +1,803 @@
+"""Budgeted rendering: a fresh memory per call that never exceeds its token budget.
+
+The rendered memory is one chronological stream: record lines (``# [when] who: what``) of the
+units on the timeline, and under a unit's record the verbatim detail recovered for it. The rule
+that fills a budget ``B`` (FlexA-Mem, our reading in docs/render.md):
+
+1. cap ``P = floor(prompt_cap * B)``; in agent mode the newest items are kept verbatim first, up
+   to ``recent_share * B`` (0.25 when unset), and leave the rest of the memory;
+2. unit priorities: seeds are the top-k units by a seed score mixing the unit's cosine to the
+   query with the prefix hits (BM25 + dense) inside it; priority spreads over temporal and
+   content links with discount lambda per hop;
+3. timeline: up to ``rho * M`` tokens of records, all of them when they fit, else by priority
+   (ties to the newer unit) with an elision line for each gap; unused tokens go to detail;
+4. detail by mode: ``unit`` (whole raw unit if it fits, else an excerpt of about E tokens
+   grown by whole pieces around the unit's best piece, else skip), ``piece`` (verbatim pieces
+   in fused score order), ``unit+piece`` (both in turn) or ``timeline`` (records only);
+5. assemble, count the exact o200k tokens of the final string and, if the concatenation came
+   out over the cap, drop the lowest-priority part and count again.
+
+No model is called except the query embedding; the same store, query and budget give the same
+context.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from .config import Settings
+from .errors import BudgetError, ConfigError
+from .records import (
+    RECORD_PREFIX,
+    ScopeRecords,
+    header_line,
+    open_unit_record,
+    record_line,
+    rule_record,
+    scope_records,
+)
+from .retrieve import ScopeIndex
+from .text import query_terms
+from .tokens import count_tokens
+from .types import Context, ContextPart, Item, RenderMode, Unit
+
+if TYPE_CHECKING:
+    from .api import Memory
+
+MODES: tuple[RenderMode, ...] = ("unit", "piece", "unit+piece", "timeline")
+RECENT_LABEL = "# Recent items"
+_HEADER_TIME = re.compile(r"^# \[([^\]]*)\] ")
+CUT = "…"
+
+
+def _marker(n: int) -> str:
+    return f"{CUT} {n} record{'s' if n != 1 else ''} omitted"
+
+
+@dataclass(slots=True)
+class _Part:
+    """One droppable part of the context while it is being built."""
+
+    kind: Literal["record", "raw", "excerpt", "piece", "recent"]
+    unit: int
+    priority: float
+    reason: str
+    seqs: tuple[int, ...] = ()
+    pieces: dict[int, set[int]] = field(default_factory=dict)
+    """seq -> indices of that item's pieces this part shows (detail parts)."""
+    tokens: int = 0
+
+
+class _Lines:
+    """Item lines of the detail: which pieces of which item are shown, and what that costs."""
+
+    def __init__(self, items: dict[int, Item], pieces: dict[int, list[tuple[int, int, int]]],
+                 unit_of: Sequence[int] = (), header_time: Sequence[str | None] = (),
+                 full_cost: dict[tuple[int, bool], int] | None = None) -> None:
+        self.items = items
+        self.pieces = pieces
+        self.unit_of = unit_of
+        self.full_cost = full_cost if full_cost is not None else {}
+        """Cost of whole-item lines, shared by every render of the scope (items never change)."""
+        self.header_time = header_time
+        """Per unit: the time its record header states, which its item lines need not repeat."""
+        self.shown: dict[int, set[int]] = {}
+        self._cost: dict[tuple[int, frozenset[int]], int] = {}
+
+    def head(self, item: Item) -> str:
+        if item.observed_at and self.header_time:
+            u = self.unit_of[item.seq]
+            if u < len(self.header_time) and self.header_time[u] == item.observed_at:
+                return f"{item.speaker}:" if item.speaker else ""
+        return item.header()
+
+    def all_pieces(self, seq: int) -> list[tuple[int, int, int]]:
+        return self.pieces.get(seq) or [(0, 0, len(self.items[seq].text))]
+
+    def line(self, seq: int, shown: set[int]) -> str:
+        """The item's line showing only ``shown`` pieces; cuts are marked with an ellipsis."""
+        item = self.items[seq]
+        spans = self.all_pieces(seq)
+        if len(shown) >= len(spans):
+            head = self.head(item)
+            return f"{head} {item.text}" if head else item.text
+        parts: list[str] = []
+        run_start = -1
+        run_end = 0
+        prev_shown = True
+        for i, (idx, start, end) in enumerate(spans):
+            if idx in shown:
+                if run_start < 0:
+                    if i > 0 and not prev_shown:
+                        parts.append(CUT)
+                    run_start = start
+                run_end = end
+                prev_shown = True
+            else:
+                if run_start >= 0:
+                    parts.append(item.text[run_start:run_end].strip())
+                    run_start = -1
+                if prev_shown and i > 0 and parts and parts[-1] != CUT:
+                    parts.append(CUT)
+                elif i == 0:
+                    parts.append(CUT)
+                prev_shown = False
+        if run_start >= 0:
+            parts.append(item.text[run_start:run_end].strip())
+        elif parts and parts[-1] != CUT:
+            parts.append(CUT)
+        head = self.head(item)
+        body = " ".join(parts)
+        return f"{head} {body}" if head else body
+
+    def cost(self, seq: int, shown: set[int]) -> int:
+        """Tokens of the item's line plus its newline (0 when nothing of it is shown)."""
+        if not shown:
+            return 0
+        if len(shown) >= len(self.all_pieces(seq)):
+            item = self.items[seq]
+            full = (seq, self.head(item) == item.header())
+            c = self.full_cost.get(full)
+            if c is None:
+                c = self.full_cost[full] = count_tokens(self.line(seq, shown)) + 1
+            return c
+        key = (seq, frozenset(shown))
+        c = self._cost.get(key)
+        if c is None:
+            c = self._cost[key] = count_tokens(self.line(seq, shown)) + 1
+        return c
+
+    def delta(self, seq: int, add: Iterable[int]) -> int:
+        cur = self.shown.get(seq, set())
+        return self.cost(seq, cur | set(add)) - self.cost(seq, cur)
+
+    def show(self, seq: int, add: Iterable[int]) -> None:
+        self.shown.setdefault(seq, set()).update(add)
+
+
+class _Stream:
+    """Which units have a record line, with the exact cost of the elision lines between them."""
+
+    def __init__(self, n_units: int, record_cost: Sequence[int], all_listed: bool,
+                 header_cost: Callable[[int], int] | None = None) -> None:
+        self.n = n_units
+        self.record_cost = record_cost
+        self.header_cost = header_cost or (lambda u: record_cost[u])
+        self.listed: list[int] = list(range(n_units)) if all_listed else []
+        self.listed_set = set(self.listed)
+        self.detailed: set[int] = set()
+        """Units with detail: their line is the short header, not the whole record."""
+        self._marker_cost: dict[int, int] = {}
+
+    def marker_cost(self, n: int) -> int:
+        if n <= 0:
+            return 0
+        c = self._marker_cost.get(n)
+        if c is None:
+            c = self._marker_cost[n] = count_tokens(_marker(n)) + 1
+        return c
+
+    def add_cost(self, u: int) -> int:
+        """Tokens that listing unit ``u`` adds: its record and the change in elision lines."""
+        if u in self.listed_set:
+            return 0
+        i = bisect.bisect_left(self.listed, u)
+        left = self.listed[i - 1] if i > 0 else -1
+        right = self.listed[i] if i < len(self.listed) else self.n
+        before = self.marker_cost(right - left - 1)
+        after = self.marker_cost(u - left - 1) + self.marker_cost(right - u - 1)
+        return self.record_cost[u] + after - before
+
+    def add(self, u: int) -> None:
+        if u not in self.listed_set:
+            bisect.insort(self.listed, u)
+            self.listed_set.add(u)
+
+    def detail_cost(self, u: int) -> int:
+        """Tokens that giving unit ``u`` detail adds to its line (negative: header is shorter)."""
+        if u in self.detailed:
+            return 0
+        if u in self.listed_set:
+            return self.header_cost(u) - self.record_cost[u]
+        return self.add_cost(u) - self.record_cost[u] + self.header_cost(u)
+
+    def add_detail(self, u: int) -> None:
+        self.add(u)
+        self.detailed.add(u)
+
+
+@dataclass(slots=True)
+class _Scores:
+    """Per-call relevance: unit priorities and fused piece scores."""
+
+    priority: dict[int, float]
+    reason: dict[int, str]
+    piece_score: dict[tuple[int, int], float]
+    item_cos: dict[int, float]
+
+
+def _check_budget(budget_tokens: object) -> int:
+    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, (int, np.integer)):
+        raise BudgetError(f"budget_tokens must be an integer number of tokens, got {budget_tokens!r}")
+    b = int(budget_tokens)
+    if b < 0:
+        raise BudgetError(f"budget_tokens must not be negative, got {b}; pass 0 for an empty context")
+    return b
+
+
+def _empty(budget: int, cap: int, mode: str, notice: str, timings: dict[str, float]) -> Context:
+    return Context(text="", tokens=0, budget=budget, cap=cap, mode=mode, parts=(), notice=notice,
+                   timings_ms=timings)
+
+
+def render_context(memory: Memory, query: str, budget_tokens: int, *, scope: str = "default",
+                   mode: RenderMode | None = None, agent: bool = False,
+                   settings: Settings | None = None) -> Context:
+    """Render the memory of ``scope`` for ``query`` within ``budget_tokens`` o200k tokens.
+
+    ``settings`` overrides the memory's render knobs for this call (benchmarks and ablations);
+    knobs that shape the views (unit size) always come from the memory.
+    """
+    t0 = time.perf_counter()
+    s = settings or memory.settings
+    mode = mode or s.render_mode
+    if mode not in MODES:
+        raise ConfigError(f"unknown render mode {mode!r}; use one of {', '.join(MODES)}")
+    budget = _check_budget(budget_tokens)
+    cap = math.floor(budget * s.prompt_cap)
+    timings: dict[str, float] = {}
+    idx, st = scope_records(memory, scope)
+    units = list(idx.views.units)
+    n_items = idx.views.size
+    timings["sync_ms"] = (time.perf_counter() - t0) * 1e3
+    if cap <= 0 or n_items == 0:
+        return _empty(budget, cap, mode, f"budget {budget} leaves no room (cap {cap} tokens); "
+                      "nothing rendered", timings)
+
+    # 1. Recent window (agent mode): newest items verbatim, outside the rendered memory.
+    recent: list[_Part] = []
+    recent_items: list[Item] = []
+    first_recent = n_items
+    if agent:
+        share = s.recent_share if s.recent_share > 0 else 0.25
+        recent_items, recent = _recent_window(memory, scope, idx, math.floor(share * budget), cap)
+        if recent_items:
+            first_recent = recent_items[0].seq
+    recent_cost = sum(p.tokens for p in recent) + (count_tokens(RECENT_LABEL) + 1 if recent else 0)
+    memory_budget = cap - recent_cost
+    # Units with at least one item outside the window take part in the rendered memory.
+    n_units = sum(1 for u in units if u.first_seq < first_recent)
+
+    # 2. Relevance.
+    t1 = time.perf_counter()
+    scores = _score(memory, scope, idx, st, units[:n_units], query, agent, s, first_recent,
+                    depth=max(3 * s.candidate_k, cap // 4), timings=timings)
+    timings["score_ms"] = (time.perf_counter() - t1) * 1e3
+
+    # 3. Timeline.
+    t2 = time.perf_counter()
+    rec_text, rec_cost = _record_lines(memory, scope, st, units[:n_units])
+    timeline_cap = memory_budget if mode == "timeline" else math.floor(s.timeline_share * memory_budget)
+
+    def head_of(u: int) -> str:
+        return header_line(rec_text[u][len(RECORD_PREFIX):]) if s.short_headers else rec_text[u]
+
+    def head_cost(u: int) -> int:
+        h = head_of(u)
+        c = st.header_cost.get(h)
+        if c is None:
+            c = st.header_cost[h] = count_tokens(h) + 1
+        return c
+
+    stream, timeline = _timeline(n_units, rec_cost, scores, max(timeline_cap, 0), memory_budget,
+                                 head_cost)
+    used = sum(rec_cost[u] for u in stream.listed) + _markers_cost(stream)
+    detail_left = memory_budget - used
+    timings["timeline_ms"] = (time.perf_counter() - t2) * 1e3
+
+    # 4. Detail.
+    t3 = time.perf_counter()
+    detail: list[_Part] = []
+    header_time: list[str | None] = []
+    if not s.repeat_time:
+        for line in rec_text:
+            m = _HEADER_TIME.match(line)
+            header_time.append(m.group(1) if m else None)
+    if len(st.line_cost) > 1_000_000:
+        st.line_cost.clear()
+    if len(st.item_cache) > 100_000:  # bounded: a cache, not a copy of the log
+        st.item_cache.clear()
+        st.piece_cache.clear()
+    lines = _Lines(st.item_cache, st.piece_cache, idx.views.unit_of, header_time, st.line_cost)
+    if mode in ("unit", "unit+piece") and detail_left > 0:
+        detail_left = _unit_recovery(memory, scope, idx, units[:n_units], scores, stream, lines,
+                                     detail, detail_left, first_recent, s)
+    if mode in ("piece", "unit+piece") and detail_left > 0:
+        detail_left = _piece_recovery(memory, scope, idx, scores, stream, lines, detail,
+                                      detail_left, first_recent, s)
+    timings["detail_ms"] = (time.perf_counter() - t3) * 1e3
+
+    # 5. Assemble, count exactly, drop the lowest-priority part while over the cap.
+    t4 = time.perf_counter()
+    ctx = _assemble(budget, cap, mode, timeline, detail, recent, recent_items, lines, rec_text,
+                    rec_cost, head_of, head_cost, n_units, timings)
+    timings["assemble_ms"] = (time.perf_counter() - t4) * 1e3
+    timings["total_ms"] = (time.perf_counter() - t0) * 1e3
+    return replace(ctx, timings_ms=timings)
+
+
+# -- recent window -----------------------------------------------------------------------------
+
+
+def _recent_window(memory: Memory, scope: str, idx: ScopeIndex, window: int, cap: int
+                   ) -> tuple[list[Item], list[_Part]]:
+    """Newest items, whole and verbatim, while their lines fit ``window`` (and the cap)."""
+    limit = min(window, cap) - (count_tokens(RECENT_LABEL) + 1)
+    if limit <= 0:
+        return [], []
+    views = idx.views
+    # Text tokens under-count a line, so this range surely holds every item that can fit.
+    first, total = views.size, 0
+    while first > 0 and total <= limit:
+        first -= 1
+        total += views.tokens[first]
+    items = memory.store.items(scope, start=first, end=views.size)
+    chosen: list[Item] = []
+    parts: list[_Part] = []
+    used = 0
+    for it in reversed(items):
+        c = count_tokens(it.render()) + 1
+        if used + c > limit:
+            break
+        used += c
+        chosen.append(it)
+        parts.append(_Part("recent", views.unit_of[it.seq], float("inf"), "recency",
+                           seqs=(it.seq,), tokens=c))
+    chosen.reverse()
+    parts.reverse()
+    return chosen, parts
+
+
+# -- relevance ---------------------------------------------------------------------------------
+
+
+def _score(memory: Memory, scope: str, idx: ScopeIndex, st: ScopeRecords, units: Sequence[Unit],
+           query: str, agent: bool, s: Settings, first_recent: int, depth: int,
+           timings: dict[str, float]) -> _Scores:
+    """Seed units, spread priority over links, and score candidate pieces (BM25 + dense, RRF)."""
+    n_units = len(units)
+    priority: dict[int, float] = {}
+    reason: dict[int, str] = {}
+    piece_score: dict[tuple[int, int], float] = {}
+    item_cos: dict[int, float] = {}
+    if n_units == 0 or not query.strip():
+        return _Scores(priority, reason, piece_score, item_cos)
+    t = time.perf_counter()
+    qvec = memory.embedder.embed_query(query) if memory.embedder is not None else None
+    timings["embed_ms"] = (time.perf_counter() - t) * 1e3
+    # Unit cosine first: it seeds priorities and, on large scopes, picks where to look closer.
+    cos = np.zeros(n_units, dtype=np.float64)
+    if qvec is not None:
+        vecs = st.unit_vectors(n_units)
+        if vecs.shape[1]:
+            seed_vec = qvec.astype(np.float32)
+            if agent:
+                seed_vec = seed_vec + vecs[n_units - 1]
+                norm = float(np.linalg.norm(seed_vec))
+                seed_vec = seed_vec / norm if norm > 0 else seed_vec
+            cos = np.maximum(vecs @ seed_vec, 0.0).astype(np.float64)
+    # Dense ranking over items outside the recent window.
+    if qvec is not None and idx.matrix.size:
+        rows = _dense_rows(idx, units, cos, first_recent, s.dense_scan_items)
+        seqs = idx.seqs[rows]
+        sims = idx.matrix[rows] @ qvec
+        d = min(depth, sims.shape[0])
+        if d > 0:
+            top = np.argpartition(-sims, d - 1)[:d] if d < sims.shape[0] else np.arange(sims.shape[0])
+            top = top[np.lexsort((-seqs[top], -sims[top]))]
+            for r, row in enumerate(top):
+                seq = int(seqs[row])
+                item_cos[seq] = float(sims[row])
+                piece_score[(seq, -1)] = 1.0 / (s.rrf_k + r + 1)
+    # BM25 over pieces (FTS5), limited to the memory part of the log.
+    terms = query_terms(query)
+    bm = memory.store.bm25(scope, terms, limit=depth, seq_range=(0, first_recent)) if terms else []
+    dense_part = {seq: piece_score.pop((seq, -1)) for seq in list(item_cos)}
+    for r, (seq, pidx, _bm) in enumerate(bm):
+        piece_score[(seq, pidx)] = 1.0 / (s.rrf_k + r + 1) + dense_part.get(seq, 0.0)
+    for seq, dp in dense_part.items():
+        piece_score.setdefault((seq, -1), dp)  # -1: a dense hit whose best piece is not known
+    # Seed score per unit: cosine to the unit vector, mixed with the prefix-hit mass inside it.
+    unit_of = idx.views.unit_of
+    hit = np.zeros(n_units, dtype=np.float64)
+    best_item: dict[int, float] = {}
+    for (seq, _p), sc in piece_score.items():
+        if sc > best_item.get(seq, 0.0):
+            best_item[seq] = sc
+    for seq, sc in best_item.items():
+        u = unit_of[seq]
+        if u < n_units:
+            hit[u] += sc
+    w = s.seed_hit_weight
+    seed = (1 - w) * (cos / cos.max() if cos.max() > 0 else cos) + w * (
+        hit / hit.max() if hit.max() > 0 else hit)
+    order = np.lexsort((-np.arange(n_units), -seed))[:s.seeds]
+    for u in order:
+        if seed[u] > 0:
+            priority[int(u)] = float(seed[u])
+            reason[int(u)] = f"seed {seed[u]:.2f}"
+    # Spread over links: temporal neighbours and content links, discount lambda per hop.
+    adjacency = st.adjacency
+    frontier = dict(priority)
+    for _hop in range(s.link_hops):
+        nxt: dict[int, float] = {}
+        for u in sorted(frontier, key=lambda x: (-frontier[x], -x)):
+            p = frontier[u] * s.link_discount
+            if p <= 0:
+                continue
+            linked = [(u - 1, "previous"), (u + 1, "next")]
+            linked += [(v, "similar") for v, _w in adjacency.get(u, ())]
+            for v, kind in linked:
+                if 0 <= v < n_units and p > priority.get(v, 0.0):
+                    priority[v] = p
+                    reason[v] = f"link ({kind}) from unit {u} ({p:.2f})"
+                    nxt[v] = p
+        frontier = nxt
+    return _Scores(priority, reason, piece_score, item_cos)
+
+
+def _dense_rows(idx: ScopeIndex, units: Sequence[Unit], cos: np.ndarray, first_recent: int,
+                max_items: int) -> np.ndarray:
+    """Matrix rows to score densely: all items, or on a large scope those of the best units.
+
+    Scanning every item vector costs about 10 ms per 100k items; above ``max_items`` the scan
+    is limited to the items of the units with the highest cosine, a fifth as many (two-stage),
+    so render time stays flat as the log grows.
+    """
+    limit = int(np.searchsorted(idx.seqs, first_recent))
+    if limit <= max_items or not cos.any():
+        return np.arange(limit)
+    max_items = max(1024, max_items // 5)
+    picked: list[np.ndarray] = []
+    total = 0
+    for u in np.lexsort((-np.arange(len(units)), -cos)):
+        unit = units[int(u)]
+        lo = int(np.searchsorted(idx.seqs, unit.first_seq))
+        hi = int(np.searchsorted(idx.seqs, min(unit.last_seq + 1, first_recent)))
+        if hi > lo:
+            picked.append(np.arange(lo, hi))
+            total += hi - lo
+        if total >= max_items:
+            break
+    return np.sort(np.concatenate(picked)) if picked else np.arange(0)
+
+
+# -- timeline ----------------------------------------------------------------------------------
+
+
+def _record_lines(memory: Memory, scope: str, st: ScopeRecords, units: Sequence[Unit]
+                  ) -> tuple[list[str], list[int]]:
+    """Record line and its token cost (newline included) for every unit in the memory part."""
+    with st.lock:
+        texts = list(st.texts[:len(units)])
+        costs = list(st.tokens[:len(units)])
+    texts += [None] * (len(units) - len(texts))
+    costs += [0] * (len(units) - len(costs))
+    lines: list[str] = []
+    out: list[int] = []
+    for u, text in zip(units, texts, strict=True):
+        if text is None:  # the open unit (or a record not written yet): a rule record on the fly
+            if not u.closed:
+                text, tok = open_unit_record(memory, scope, st, u)
+            else:
+                text = rule_record(memory.store.items(scope, start=u.first_seq, end=u.last_seq + 1),
+                                   memory.settings.record_tokens)
+                tok = count_tokens(record_line(text))
+            costs[u.index] = tok
+        lines.append(record_line(text))
+        out.append(costs[u.index] + 1)
+    return lines, out
+
+
+def _timeline(n_units: int, cost: Sequence[int], scores: _Scores, cap: int, hard_cap: int,
+              head_cost: Callable[[int], int]) -> tuple[_Stream, list[_Part]]:
+    """All records when they fit in ``cap``, else the highest-priority ones (ties: newer).
+
+    The top record is kept even when the share ``cap`` is too small for it (but the memory
+    budget is not): detail under it would need it as a header anyway, and a budget that holds
+    one record but no detail then shows the timeline, the last stage before nothing.
+    """
+    if sum(cost) <= cap:
+        stream = _Stream(n_units, cost, all_listed=True, header_cost=head_cost)
+        return stream, [_Part("record", u, scores.priority.get(u, 0.0), "timeline", tokens=cost[u])
+                        for u in range(n_units)]
+    stream = _Stream(n_units, cost, all_listed=False, header_cost=head_cost)
+    pri = np.array([scores.priority.get(u, 0.0) for u in range(n_units)])
+    order = np.lexsort((-np.arange(n_units), -pri))
+    used = 0
+    smallest = min(cost) if cost else 0
+    parts = []
+    for rank, u in enumerate(order):
+        u = int(u)
+        c = stream.add_cost(u)
+        if used + c <= cap or (rank == 0 and c <= hard_cap):
+            stream.add(u)
+            used += c
+            parts.append(_Part("record", u, float(pri[u]), "timeline", tokens=cost[u]))
+        if cap - used < smallest:
+            break
+    return stream, parts
+
+
+def _markers_cost(stream: _Stream) -> int:
+    total = 0
+    prev = -1
+    for u in [*stream.listed, stream.n]:
+        total += stream.marker_cost(u - prev - 1)
+        prev = u
+    return total
+
+
+# -- unit recovery -----------------------------------------------------------------------------
+
+
+def _unit_recovery(memory: Memory, scope: str, idx: ScopeIndex, units: Sequence[Unit],
+                   scores: _Scores, stream: _Stream, lines: _Lines, detail: list[_Part],
+                   left: int, first_recent: int, s: Settings) -> int:
+    """Raw unit if it fits, else an excerpt of about E tokens around its best piece, else skip."""
+    order = sorted(scores.priority, key=lambda u: (-scores.priority[u], -u))
+    tokens = idx.views.tokens
+    for u in order:
+        unit = units[u]
+        last = min(unit.last_seq, first_recent - 1)
+        header = stream.detail_cost(u)
+        raw_floor = sum(tokens[unit.first_seq:last + 1])  # text tokens: a lower bound of the lines
+        can_raw = raw_floor + header <= left
+        can_excerpt = s.excerpts and left - header >= s.excerpt_tokens
+        if not (can_raw or can_excerpt):
+            continue
+        seqs = list(range(unit.first_seq, last + 1))
+        _fetch(memory, scope, lines, seqs)
+        pri, why = scores.priority[u], scores.reason[u]
+        if can_raw:
+            all_p = {seq: {p[0] for p in lines.all_pieces(seq)} for seq in seqs}
+            raw_cost = sum(lines.delta(seq, ps) for seq, ps in all_p.items())
+            if raw_cost + header <= left:
+                for seq, ps in all_p.items():
+                    lines.show(seq, ps)
+                stream.add_detail(u)
+                detail.append(_Part("raw", u, pri, why, tuple(seqs), all_p, raw_cost))
+                left -= raw_cost + header
+                continue
+        if can_excerpt:
+            chosen, cost = _excerpt(lines, seqs, scores, min(s.excerpt_tokens, left - header))
+            if chosen:
+                for seq, ps in chosen.items():
+                    lines.show(seq, ps)
+                stream.add_detail(u)
+                detail.append(_Part("excerpt", u, pri, why, tuple(sorted(chosen)), chosen, cost))
+                left -= cost + header
+    return left
+
+
+def _excerpt(lines: _Lines, seqs: Sequence[int], scores: _Scores, limit: int
+             ) -> tuple[dict[int, set[int]], int]:
+    """Whole pieces around the unit's best piece, grown alternately left and right within ``limit``."""
+    flat = [(seq, p[0]) for seq in seqs for p in lines.all_pieces(seq)]
+    if not flat:
+        return {}, 0
+
+    def score(i: int) -> tuple[float, float, int]:
+        seq, p = flat[i]
+        best = max(scores.piece_score.get((seq, p), 0.0), scores.piece_score.get((seq, -1), 0.0) / 2)
+        return (best, scores.item_cos.get(seq, -1.0), -i)
+
+    centre = max(range(len(flat)), key=score)
+    chosen: dict[int, set[int]] = {}
+
+    def cost_with(extra: tuple[int, int] | None) -> int:
+        total = 0
+        touched = {seq for seq in chosen} | ({extra[0]} if extra else set())
+        for seq in touched:
+            ps = set(chosen.get(seq, set()))
+            if extra and extra[0] == seq:
+                ps.add(extra[1])
+            total += lines.delta(seq, ps)
+        return total
+
+    if cost_with(flat[centre]) > limit:
+        return {}, 0
+    chosen.setdefault(flat[centre][0], set()).add(flat[centre][1])
+    lo, hi = centre - 1, centre + 1
+    turn_left = True
+    while lo >= 0 or hi < len(flat):
+        grew = False
+        for side in ((0, 1) if turn_left else (1, 0)):
+            pos = lo if side == 0 else hi
+            if not 0 <= pos < len(flat):
+                continue
+            seq, p = flat[pos]
+            if seq in lines.shown and p in lines.shown[seq]:
+                blocked = True  # already on screen: the excerpt may not reach over it
+            else:
+                blocked = cost_with((seq, p)) > limit
+            if not blocked:
+                chosen.setdefault(seq, set()).add(p)
+                if side == 0:
+                    lo -= 1
+                else:
+                    hi += 1
+                grew = True
+                break
+            if side == 0:
+                lo = -1
+            else:
+                hi = len(flat)
+        if not grew:
+            break
+        turn_left = not turn_left
+    return chosen, cost_with(None)
+
+
+# -- piece recovery ----------------------------------------------------------------------------
+
+
+def _piece_recovery(memory: Memory, scope: str, idx: ScopeIndex, scores: _Scores, stream: _Stream,
+                    lines: _Lines, detail: list[_Part], left: int, first_recent: int,
+                    s: Settings) -> int:
+    """Verbatim pieces not shown yet, best fused score first, while they fit."""
+    unit_of = idx.views.unit_of
+    boost = s.piece_unit_boost / (s.rrf_k + 1)
+    ranked = sorted(((sc + boost * scores.priority.get(unit_of[seq], 0.0), seq, p)
+                     for (seq, p), sc in scores.piece_score.items() if seq < first_recent),
+                    key=lambda x: (-x[0], -x[1], x[2]))
+    order = list(dict.fromkeys(seq for _sc, seq, _p in ranked))
+    fetched = 0
+    whole_item = s.piece_whole_item_tokens
+    min_line = 4
+    for sc, seq, p in ranked:
+        if left < min_line:
+            break
+        if seq not in lines.items:  # fetch lazily, in score order, a chunk at a time
+            chunk = order[fetched:fetched + 64]
+            fetched += len(chunk)
+            _fetch(memory, scope, lines, chunk)
+            if seq not in lines.items:
+                _fetch(memory, scope, lines, [seq])
+        spans = lines.all_pieces(seq)
+        if p >= 0 and (len(spans) == 1 or lines.items[seq].tokens > whole_item):
+            todo = [p]
+        else:  # a dense hit (it matched the whole item) or a piece of a short item: all of it
+            todo = [q[0] for q in spans]
+        for q in todo:
+            if q in lines.shown.get(seq, set()):
+                continue
+            u = unit_of[seq]
+            c = lines.delta(seq, {q}) + stream.detail_cost(u)
+            if c <= left:
+                lines.show(seq, {q})
+                stream.add_detail(u)
+                detail.append(_Part("piece", u, sc, f"piece score {sc:.4f}", (seq,), {seq: {q}}, c))
+                left -= c
+    return left
+
+
+def _fetch(memory: Memory, scope: str, lines: _Lines, seqs: Sequence[int]) -> None:
+    """Load items and their pieces not in the scope's cache, in one query each."""
+    missing = [q for q in seqs if q not in lines.items]
+    if not missing:
+        return
+    pieces = memory.store.pieces(scope, missing)
+    lines.pieces.update(pieces)
+    for it in memory.store.items(scope, missing):
+        lines.items[it.seq] = it  # after its pieces: a cached item always has its pieces
+
+
+# -- assembly ----------------------------------------------------------------------------------
+
+
+def _assemble(budget: int, cap: int, mode: str, timeline: list[_Part], detail: list[_Part],
+              recent: list[_Part], recent_items: Sequence[Item], lines: _Lines, rec_text: Sequence[str],
+              rec_cost: Sequence[int], head_of: Callable[[int], str], head_cost: Callable[[int], int],
+              n_units: int, timings: dict[str, float]) -> Context:
+    notice = ""
+    dropped = 0
+    while True:
+        text, parts = _compose(timeline, detail, recent, recent_items, lines, rec_text, rec_cost,
+                               head_of, head_cost, n_units)
+        n = count_tokens(text)
+        if n <= cap:
+            break
+        # The concatenation came out longer than its parts: drop the lowest-priority part.
+        dropped += 1
+        if not _drop_one(timeline, detail, recent, lines):
+            text, parts, n = "", [], 0
+            break
+    if dropped:
+        notice = f"{dropped} part(s) dropped to stay within the cap"
+    if not text:
+        notice = (f"budget {budget} (cap {cap} tokens) is too small for any record or item; "
+                  "nothing rendered")
+    return Context(text=text, tokens=n, budget=budget, cap=cap, mode=mode, parts=tuple(parts),
+                   notice=notice, timings_ms=timings)
+
+
+def _drop_one(timeline: list[_Part], detail: list[_Part], recent: list[_Part], lines: _Lines) -> bool:
+    needed = {p.unit for p in detail}
+    bare = [p for p in timeline if p.unit not in needed]
+    if bare:
+        timeline.remove(min(bare, key=lambda p: (p.priority, p.unit)))
+        return True
+    if detail:
+        worst = min(detail, key=lambda p: (p.kind != "piece", p.priority, p.unit))
+        detail.remove(worst)
+        for seq, ps in worst.pieces.items():
+            rest = lines.shown.get(seq, set()) - ps
+            if rest:
+                lines.shown[seq] = rest
+            else:
+                lines.shown.pop(seq, None)
+        return True
+    if timeline:
+        timeline.remove(min(timeline, key=lambda p: (p.priority, p.unit)))
+        return True
+    if recent:
+        recent.pop(0)
+        return True
+    return False
+
+
+def _compose(timeline: list[_Part], detail: list[_Part], recent: list[_Part],
+             recent_items: Sequence[Item], lines: _Lines, rec_text: Sequence[str],
+             rec_cost: Sequence[int], head_of: Callable[[int], str], head_cost: Callable[[int], int],
+             n_units: int) -> tuple[str, list[ContextPart]]:
+    """The final string: the chronological stream of records with their detail, then the window."""
+    detail_units: dict[int, list[_Part]] = {}
+    for p in detail:
+        detail_units.setdefault(p.unit, []).append(p)
+    on_timeline = {p.unit: p for p in timeline}
+    listed = sorted(set(on_timeline) | set(detail_units))
+    out: list[str] = []
+    parts: list[ContextPart] = []
+    prev = -1
+    for u in listed:
+        if u - prev - 1 > 0:
+            out.append(_marker(u - prev - 1))
+        prev = u
+        tp = on_timeline.get(u)
+        if u in detail_units:
+            out.append(head_of(u))
+            parts.append(ContextPart("record", u, (), head_cost(u), "header of recovered detail",
+                                     tp.priority if tp is not None else 0.0))
+        else:
+            out.append(rec_text[u])
+            parts.append(ContextPart("record", u, (), rec_cost[u], "timeline",
+                                     tp.priority if tp is not None else 0.0))
+        if u in detail_units:
+            seqs = sorted({q for p in detail_units[u] for q in p.pieces})
+            for seq in seqs:
+                shown = lines.shown.get(seq)
+                if shown:
+                    out.append(lines.line(seq, shown))
+            for p in detail_units[u]:
+                parts.append(ContextPart(p.kind, u, tuple(sorted(p.pieces)), p.tokens, p.reason,
+                                         p.priority))
+    if listed and n_units - prev - 1 > 0:
+        out.append(_marker(n_units - prev - 1))
+    if recent:
+        keep = {p.seqs[0] for p in recent}
+        if out:
+            out.append(RECENT_LABEL)
+        for it in recent_items:
+            if it.seq in keep:
+                out.append(it.render())
+        parts.extend(ContextPart("recent", p.unit, p.seqs, p.tokens, p.reason, 0.0) for p in recent)
+    return "\n".join(out), parts

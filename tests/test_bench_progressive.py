@@ -1,0 +1,37 @@
+"""The progressive benchmark's arithmetic: AUC, and auto(tau) composed from fast and deep."""
+
+import json
+
+import pytest
+
+from suffice.bench.progressive import auc, summarize
+
+
+def test_auc_is_mann_whitney_with_half_ties():
+    assert auc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
+    assert auc([0.1, 0.9], [True, False]) == 0.0
+    assert auc([0.5, 0.5], [True, False]) == 0.5
+    assert auc([0.3], [True]) is None
+
+
+def _rec(key, fast_f1, deep_f1, score):
+    def res(f1, ms):
+        return {"f1": f1, "receipt": {"t_mem_ms": ms / 2, "t_e2e_ms": ms, "input_tokens": 100,
+                                      "output_tokens": 5, "cost_usd": 0.001}}
+    return {"key": key, "variant": "progressive", "fast": res(fast_f1, 1000), "deep": res(deep_f1, 5000),
+            "prefix_has_all_gold": fast_f1 > 0.5,
+            "routers": {"r": {"score": score, "ok": True, "ms": 100.0, "cost_usd": 0.0}}}
+
+
+def test_auto_takes_fast_at_or_above_tau_and_adds_router_time(tmp_path):
+    path = tmp_path / "p.jsonl"
+    recs = [_rec("a", 1.0, 1.0, 0.9), _rec("b", 0.0, 1.0, 0.2)]
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    s = summarize(path, taus=(0.5, 0.95))
+    fast, deep = s["rows"]["fast"], s["rows"]["deep"]
+    assert fast["f1"] == 50.0 and deep["f1"] == 100.0
+    auto = s["rows"]["auto[r] tau=0.5"]
+    assert auto["early_rate"] == 50.0 and auto["f1"] == 100.0
+    assert auto["t_e2e_ms"] == pytest.approx((1000 + 100 + 5000 + 100) / 2)
+    assert s["rows"]["auto[r] tau=0.95"]["early_rate"] == 0.0
+    assert s["auc"]["r"]["fast_correct_f1>=0.5"] == 1.0

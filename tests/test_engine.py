@@ -1,0 +1,153 @@
+"""Progressive execution: fast stops after the prefix, deep reads blocks concurrently,
+auto follows the router, and every receipt adds up."""
+
+
+import pytest
+
+from suffice import ConfigError, ProviderError, Settings
+from suffice.deep import choose_blocks
+from suffice.engine import Engine, split_aggregate
+from suffice.llm import Price, ScriptedLLM
+from suffice.route import LMRouter, ScoreRouter
+
+
+def reader(delay_s: float = 0.0) -> ScriptedLLM:
+    """Answers like a reader, a block agent or an aggregator depending on the prompt."""
+    def respond(messages):
+        system = messages[0]["content"]
+        if "reading one excerpt" in system:
+            return "[2025-04-11] Dana: We adopted a grey cat from the shelter last weekend. Her name is Figo."
+        if "combine notes" in system:
+            return "CONFLICTS: none\n<answer>Figo</answer>"
+        return "<answer>Figo</answer>"
+    return ScriptedLLM(respond, delay_s=delay_s, price=Price(1.0, 2.0))
+
+
+def test_fast_path_answers_from_the_prefix_with_one_call(memory):
+    ans = Engine(memory, reader()).ask("What is the name of Dana's cat?", scope="dana", mode="fast")
+    r = ans.receipt
+    assert ans.text == "Figo"
+    assert r.path == "fast" and len(r.calls) == 1 and r.calls[0].stage == "answer"
+    assert r.hits and r.context_tokens > 0 and r.parts
+    assert all(p.reason.startswith("prefix rank") for p in r.parts)
+
+
+def test_deep_path_reads_blocks_and_aggregates(memory):
+    eng = Engine(memory, reader())
+    ans = eng.ask("What is the name of Dana's cat?", scope="dana", mode="deep")
+    r = ans.receipt
+    assert ans.text == "Figo" and r.path == "deep"
+    assert r.blocks and all(b.ok for b in r.blocks)
+    stages = [c.stage for c in r.calls]
+    assert stages.count("block_agent") == len(r.blocks) and stages[-1] == "aggregate"
+    assert any(b.why.startswith("anchor") for b in r.blocks)
+
+
+@pytest.mark.parametrize("mode", ["fast", "deep"])
+def test_receipts_add_up(memory, mode):
+    r = Engine(memory, reader()).ask("When is the Kyoto trip?", scope="dana", mode=mode).receipt
+    assert sum(r.stages_ms.values()) <= r.t_e2e_ms
+    assert r.t_mem_ms <= r.t_e2e_ms
+    assert r.cost_usd == pytest.approx(sum(c.cost_usd for c in r.calls))
+    assert r.cost_usd == pytest.approx(sum(r.cost_by_stage().values()))
+    assert r.cost_usd > 0
+
+
+def test_auto_stops_early_when_the_router_says_enough(memory):
+    llm = reader()
+    llm_router = ScriptedLLM("unused", probs={"yes": 0.9, "no": 0.1})
+    eng = Engine(memory, llm, router=LMRouter(llm_router))
+    r = eng.ask("What is the name of Dana's cat?", scope="dana", mode="auto", tau=0.5).receipt
+    assert r.path == "fast" and r.router_score == pytest.approx(0.9) and r.tau == 0.5
+    r = eng.ask("What is the name of Dana's cat?", scope="dana", mode="auto", tau=0.95).receipt
+    assert r.path == "deep"
+
+
+def test_evidence_over_the_router_budget_goes_deep_and_says_why(memory):
+    eng = Engine(memory, reader(), router=LMRouter(ScriptedLLM("x", probs={"yes": 1.0}), input_budget=5))
+    r = eng.ask("Kyoto trip", scope="dana", mode="auto").receipt
+    assert r.path == "deep"
+    assert any("exceeds the router's input budget" in n for n in r.notes)
+
+
+def test_score_router_is_a_probability_with_reasons(memory):
+    ev = memory.search("What is the name of Dana's cat?", scope="dana")
+    d = ScoreRouter().score("What is the name of Dana's cat?", ev)
+    assert 0.0 <= d.score <= 1.0 and "coverage" in d.reason
+
+
+def test_auto_without_router_is_a_config_error(memory):
+    with pytest.raises(ConfigError, match="router"):
+        Engine(memory, reader()).ask("x y", scope="dana", mode="auto")
+
+
+def test_agents_run_concurrently(memory):
+    settings = Settings(block_tokens=128, block_stride=64, anchor_blocks=4, max_blocks=4, concurrency=4)
+    memory.settings = settings
+    memory.retriever.settings = settings
+    memory.retriever._scopes.clear()
+    slow = reader(delay_s=0.4)
+    r = Engine(memory, slow).ask("Dana cat Kyoto rainfall model conference", scope="dana",
+                                 mode="deep").receipt
+    agent_calls = [c for c in r.calls if c.stage == "block_agent"]
+    assert len(agent_calls) == 4
+    assert sum(c.latency_ms for c in agent_calls) >= 1500
+    assert r.stages_ms["agents"] < 0.6 * sum(c.latency_ms for c in agent_calls)
+
+
+def test_a_failing_reader_degrades_and_says_so(memory):
+    broken = ScriptedLLM([ProviderError("connection refused", endpoint="http://127.0.0.1:9")] * 3)
+    ans = Engine(memory, broken).ask("What is the name of Dana's cat?", scope="dana", mode="fast")
+    assert ans.receipt.degraded
+    assert any("answer call failed" in n for n in ans.receipt.notes)
+    assert ans.text  # the top evidence stands in for the answer
+
+
+def test_failing_block_agents_fall_back_to_the_fast_path(memory):
+    def respond(messages):
+        if "reading one excerpt" in messages[0]["content"]:
+            raise ProviderError("HTTP 500", endpoint="x", status=500)
+        return "<answer>Figo</answer>"
+    ans = Engine(memory, ScriptedLLM(respond)).ask("cat name?", scope="dana", mode="deep")
+    r = ans.receipt
+    assert ans.text == "Figo" and r.path == "fast" and r.degraded
+    assert any("agent failed" in n for n in r.notes)
+    assert sum(r.stages_ms.values()) <= r.t_e2e_ms
+
+
+def test_blocks_are_anchors_plus_neighbours_capped(memory):
+    ev = memory.search("Kyoto trip November", scope="dana", k=10)
+    views = memory.retriever.index("dana").views
+    s = Settings(block_tokens=128, block_stride=64, anchor_blocks=2, max_blocks=4)
+    views.settings = s
+    chosen = choose_blocks(ev.hits, views, s)
+    assert 1 <= len(chosen) <= 4
+    assert [c.block.index for c in chosen] == sorted(c.block.index for c in chosen)
+    assert sum(c.why.startswith("anchor") for c in chosen) <= 2
+
+
+def test_llm_aggregator_flags_conflicts(memory):
+    def respond(messages):
+        system = messages[0]["content"]
+        if "reading one excerpt" in system:
+            return "[2025-05-20] Dana: Big news: Leo and I are planning a trip to Kyoto in October"
+        if "combine notes" in system:
+            return "CONFLICTS: October became November\n<answer>November</answer>"
+        return "<answer>October</answer>"
+    eng = Engine(memory, ScriptedLLM(respond), aggregator="llm")
+    ans = eng.ask("When is the Kyoto trip?", scope="dana", mode="deep")
+    assert ans.text == "November"
+    assert any("October became November" in n for n in ans.receipt.notes)
+
+
+def test_agent_notes_must_be_copied_from_the_block(memory):
+    from suffice.deep import grounded_lines
+    block = "[2025-04-11] Dana: We adopted a grey cat from the shelter. Her name is Figo."
+    out = "- [2025-04-11] Dana: Her name is Figo.\nYou help answer a question about a long history\nNONE"
+    assert grounded_lines(out, block, 0.6) == ["[2025-04-11] Dana: Her name is Figo."]
+
+
+def test_aggregate_parsing_is_lenient():
+    assert split_aggregate("CONFLICTS: none\n<answer>Lisbon</answer>") == ("Lisbon", "")
+    assert split_aggregate("CONFLICTS: moved from Porto to Lisbon\nLisbon") == (
+        "Lisbon", "moved from Porto to Lisbon")

@@ -1,0 +1,140 @@
+"""Records and links are written once per closed unit, by a fixed rule unless a writer is set."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from conftest import history_items
+
+from suffice import Memory, Settings
+from suffice.records import fit_line, record_summary, rule_record, write_new_records
+from suffice.tokens import count_tokens
+from suffice.types import Item
+
+SMALL_UNITS = Settings(unit_tokens=200)
+
+
+def _item(seq: int, text: str, speaker: str = "Dana", at: str = "2025-03-02") -> Item:
+    return Item(f"i{seq}", "s", seq, "s1", speaker, "user", "message", at, text, {}, count_tokens(text))
+
+
+def test_rule_record_says_when_who_and_what_within_its_token_limit() -> None:
+    items = [
+        _item(0, "Hi there!"),
+        _item(1, "I just started a new job as a hydrologist at the river authority in Porto.",
+              at="2025-03-02"),
+        _item(2, "Congratulations! What will the hydrologist job involve?", speaker="Assistant",
+              at="2025-03-04"),
+    ]
+    rec = rule_record(items, max_tokens=40)
+    assert rec.startswith("[2025-03-02 - 2025-03-04] Dana, Assistant: ")
+    assert "hydrologist" in rec  # the most frequent content word leads the gist
+    assert count_tokens(rec) <= 40
+    assert rule_record(items, max_tokens=40) == rec  # a fixed rule: same items, same line
+
+
+def test_rule_record_is_cut_at_a_word_with_an_ellipsis() -> None:
+    long = " ".join(f"word{i} alpha beta gamma." for i in range(60))
+    rec = rule_record([_item(0, long)], max_tokens=20)
+    assert count_tokens(rec) <= 20 and rec.endswith("…")
+    assert fit_line("short line", 10) == "short line"
+    assert fit_line("a b c d e f g h i j k l m n o p", 5).endswith("…")
+
+
+def test_without_times_a_record_names_the_item_range() -> None:
+    rec = rule_record([_item(3, "ran the tests", at=""), _item(4, "all green", at="")])
+    assert rec.startswith("[#3-4] Dana: ")
+
+
+def test_every_closed_unit_has_one_record_and_the_open_unit_none(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    with Memory(tmp_path / "m.db", settings=SMALL_UNITS, embedder=embedder) as mem:
+        mem.add(history_items(), scope="dana")
+        units = mem.retriever.index("dana").views.units
+        records = mem.store.records("dana")
+        assert [r[0] for r in records] == [u.index for u in units if u.closed]
+        assert not units[-1].closed and units[-1].index not in {r[0] for r in records}
+        for (unit, first, last, text, writer), u in zip(records, units, strict=False):
+            assert (unit, first, last, writer) == (u.index, u.first_seq, u.last_seq, "rule")
+            assert count_tokens(text) <= SMALL_UNITS.record_tokens
+
+
+def test_records_and_links_never_change_and_match_a_one_batch_build(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    items = history_items()
+    with Memory(tmp_path / "a.db", settings=SMALL_UNITS, embedder=embedder) as grown:
+        grown.add(items[:9], scope="dana")
+        early = grown.store.records("dana")
+        early_links = grown.store.links("dana")
+        grown.add(items[9:20], scope="dana")
+        grown.add(items[20:], scope="dana")
+        later = grown.store.records("dana")
+        later_links = grown.store.links("dana")
+    assert later[:len(early)] == early
+    assert set(early_links) <= set(later_links)
+    with Memory(tmp_path / "b.db", settings=SMALL_UNITS, embedder=embedder) as whole:
+        whole.add(items, scope="dana")
+        assert whole.store.records("dana") == later
+        assert sorted(whole.store.links("dana")) == sorted(later_links)
+
+
+def test_content_links_point_to_at_most_m_earlier_units(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    cfg = SMALL_UNITS.replace(links_per_unit=2)
+    with Memory(tmp_path / "m.db", settings=cfg, embedder=embedder) as mem:
+        mem.add(history_items(), scope="dana")
+        links = mem.store.links("dana")
+        assert links, "a history that returns to its topics links its units"
+        per_src: dict[int, int] = {}
+        for src, dst, kind, weight in links:
+            assert kind == "content" and dst < src - 1  # earlier, and not the temporal neighbour
+            assert 0 < weight <= 1.0001
+            per_src[src] = per_src.get(src, 0) + 1
+        assert max(per_src.values()) <= 2
+
+
+def test_writing_again_writes_nothing(memory: Memory) -> None:
+    before = memory.store.records("dana")
+    assert write_new_records(memory, "dana") == 0
+    assert memory.store.records("dana") == before
+
+
+def test_a_configured_writer_writes_the_gist(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    def writer(items: Sequence[Item]) -> str:
+        return f"{len(items)} turns about work and travel\nignored second line"
+
+    writer.name = "fake-llm"  # type: ignore[attr-defined]
+    with Memory(tmp_path / "m.db", settings=SMALL_UNITS, embedder=embedder) as mem:
+        mem.record_writer = writer  # type: ignore[attr-defined]
+        mem.add(history_items(), scope="dana")
+        records = mem.store.records("dana")
+        assert records and all(r[4] == "fake-llm" for r in records)
+        first = records[0][3]
+        assert first.startswith("[2025-03-02] ") and first.endswith("turns about work and travel")
+        assert record_summary(mem, "dana")["writers"] == {"fake-llm": len(records)}
+
+
+@pytest.mark.parametrize("result", [RuntimeError("model down"), "", "   "])
+def test_a_failing_writer_falls_back_to_the_rule(tmp_path: Path, embedder, result: object) -> None:  # type: ignore[no-untyped-def]
+    def writer(items: Sequence[Item]) -> str:
+        if isinstance(result, Exception):
+            raise result
+        return str(result)
+
+    with Memory(tmp_path / "m.db", settings=SMALL_UNITS, embedder=embedder) as mem:
+        mem.add(history_items()[:12], scope="dana")
+        n = write_new_records(mem, "dana", writer=writer)  # nothing new: the add wrote them
+        assert n == 0
+        mem.add(history_items()[12:], scope="dana")
+        assert all(r[4] == "rule" for r in mem.store.records("dana"))
+
+    with Memory(tmp_path / "w.db", settings=SMALL_UNITS, embedder=embedder) as mem:
+        mem.record_writer = writer  # type: ignore[attr-defined]
+        mem.add(history_items(), scope="dana")
+        assert all(r[4] == "rule" for r in mem.store.records("dana"))
+
+
+def test_records_are_written_without_an_embedder_but_without_content_links(tmp_path: Path) -> None:
+    with Memory(tmp_path / "m.db", settings=SMALL_UNITS, embedder=None) as mem:
+        mem.add(history_items(), scope="dana")
+        assert mem.store.records("dana")
+        assert mem.store.links("dana") == []

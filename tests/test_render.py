@@ -1,0 +1,183 @@
+"""Budgeted rendering: what a rendered memory holds, in what order, and why."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import history_items
+
+from suffice import BudgetError, ConfigError, Memory, Settings
+from suffice.render import render_context
+from suffice.tokens import count_tokens
+from suffice.types import Context
+
+SMALL_UNITS = Settings(unit_tokens=200)
+QUERY = "When is the rainfall model due?"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory, embedder) -> Memory:  # type: ignore[no-untyped-def]
+    """The 30-turn history packed into units of about 200 tokens (five units)."""
+    mem = Memory(tmp_path_factory.mktemp("render") / "m.db", settings=SMALL_UNITS, embedder=embedder)
+    mem.add(history_items(), scope="dana")
+    return mem
+
+
+def record_units(ctx: Context) -> list[int]:
+    return [p.unit for p in ctx.parts if p.kind == "record" and p.unit is not None]
+
+
+def level(ctx: Context) -> int:
+    """How much detail survived: 4 raw units, 3 excerpts, 2 pieces, 1 timeline only, 0 nothing."""
+    kinds = {p.kind for p in ctx.parts}
+    for lv, kind in ((4, "raw"), (3, "excerpt"), (2, "piece"), (1, "record")):
+        if kind in kinds:
+            return lv
+    return 0
+
+
+@pytest.mark.parametrize("mode", ["unit", "piece", "unit+piece", "timeline"])
+def test_the_context_reports_its_exact_token_count_within_the_cap(small: Memory, mode: str) -> None:
+    for budget in (0, 1, 20, 60, 150, 333, 700, 1500, 5000):
+        ctx = small.render(QUERY, budget, scope="dana", mode=mode)  # type: ignore[arg-type]
+        assert ctx.tokens == count_tokens(ctx.text)
+        assert ctx.cap == int(budget * 0.95) and ctx.tokens <= ctx.cap
+        assert ctx.budget == budget and ctx.mode == mode
+
+
+def test_same_store_query_and_budget_give_the_same_context(small: Memory, embedder) -> None:  # type: ignore[no-untyped-def]
+    a = small.render(QUERY, 700, scope="dana", mode="unit+piece")
+    b = small.render(QUERY, 700, scope="dana", mode="unit+piece")
+    assert (a.text, a.parts) == (b.text, b.parts)
+    with Memory(small.path, settings=SMALL_UNITS, embedder=embedder) as fresh:  # a new process
+        c = fresh.render(QUERY, 700, scope="dana", mode="unit+piece")
+    assert (c.text, c.parts) == (a.text, a.parts)
+
+
+def test_a_negative_or_non_integer_budget_is_an_error(small: Memory) -> None:
+    with pytest.raises(BudgetError, match="negative"):
+        small.render(QUERY, -1, scope="dana")
+    with pytest.raises(BudgetError, match="integer"):
+        small.render(QUERY, 12.5, scope="dana")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="render mode"):
+        small.render(QUERY, 100, scope="dana", mode="everything")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("budget", [0, 1, 10, 30])
+def test_a_budget_too_small_for_anything_gives_an_empty_context_that_says_so(small: Memory,
+                                                                             budget: int) -> None:
+    ctx = small.render(QUERY, budget, scope="dana")
+    assert ctx.empty and ctx.tokens == 0 and ctx.parts == ()
+    assert "nothing rendered" in ctx.notice
+
+
+def test_detail_degrades_raw_then_excerpt_then_pieces_then_timeline_only(small: Memory) -> None:
+    cfg = SMALL_UNITS.replace(excerpt_tokens=60)
+    levels = [level(render_context(small, QUERY, b, scope="dana", mode="unit+piece", settings=cfg))
+              for b in range(1200, -1, -10)]
+    assert levels == sorted(levels, reverse=True)  # never more detail on a smaller budget
+    assert set(levels) == {4, 3, 2, 1, 0}
+
+
+def test_records_and_detail_are_shown_in_chronological_order(small: Memory) -> None:
+    ctx = small.render(QUERY, 900, scope="dana", mode="unit+piece")
+    units = record_units(ctx)
+    assert units == sorted(units) and len(units) == len(set(units))
+    items = {it.seq: it for it in small.items("dana")}
+    shown = sorted({q for p in ctx.parts if p.kind in ("raw", "excerpt", "piece") for q in p.seqs})
+    lines = ctx.text.splitlines()
+    where = [next(i for i, ln in enumerate(lines) if items[q].text in ln) for q in shown]
+    assert len(shown) > 3 and where == sorted(where)
+    # Each detail line sits under the record header of its own unit.
+    unit_of = small.retriever.index("dana").views.unit_of
+    headers = [i for i, ln in enumerate(lines) if ln.startswith("# [")]
+    for q, i in zip(shown, where, strict=True):
+        above = max(h for h in headers if h < i)
+        assert units[headers.index(above)] == unit_of[q]
+
+
+def test_item_lines_do_not_repeat_the_time_their_record_header_states(small: Memory) -> None:
+    ctx = small.render(QUERY, 900, scope="dana", mode="unit")
+    assert re.search(r"^# \[2025-09-15\] ", ctx.text, flags=re.M)
+    assert re.search(r"^Dana: The Lisbon conference went well", ctx.text, flags=re.M)
+    cfg = SMALL_UNITS.replace(repeat_time=True)
+    ctx = render_context(small, QUERY, 900, scope="dana", mode="unit", settings=cfg)
+    assert re.search(r"^\[2025-09-15\] Dana: The Lisbon conference went well", ctx.text, flags=re.M)
+
+
+def test_every_part_says_why_it_is_there(small: Memory) -> None:
+    ctx = small.render(QUERY, 900, scope="dana", mode="unit+piece")
+    reasons = {p.kind: p.reason for p in ctx.parts}
+    assert reasons["record"] in ("timeline", "header of recovered detail")
+    detail = [p for p in ctx.parts if p.kind in ("raw", "excerpt", "piece")]
+    assert detail
+    for p in detail:
+        assert re.match(r"seed \d\.\d\d|link \((previous|next|similar)\) from unit \d+|piece score", p.reason)
+        assert p.seqs and p.tokens > 0 and p.unit is not None
+
+
+def test_piece_recovery_brings_back_the_matching_turn_verbatim(small: Memory) -> None:
+    ctx = small.render("peanut allergy dessert", 200, scope="dana", mode="piece")
+    assert "It has no nuts at all, so it is safe with your peanut allergy." in ctx.text
+
+
+def test_unit_recovery_shows_an_excerpt_around_the_best_piece_when_the_unit_does_not_fit(
+        small: Memory) -> None:
+    cfg = SMALL_UNITS.replace(excerpt_tokens=60, timeline_share=0.0)
+    ctx = render_context(small, "Who is getting married in October?", 140, scope="dana", mode="unit",
+                         settings=cfg)
+    kinds = [p.kind for p in ctx.parts if p.kind != "record"]
+    assert kinds == ["excerpt"]
+    assert "Leo's sister is getting married in October" in ctx.text
+
+
+def test_the_timeline_mode_shows_records_only(small: Memory) -> None:
+    ctx = small.render(QUERY, 2000, scope="dana", mode="timeline")
+    assert {p.kind for p in ctx.parts} == {"record"}
+    assert all(line.startswith("# [") for line in ctx.text.splitlines())
+    # All five units fit: four stored records and the open unit's record, made on the fly.
+    assert record_units(ctx) == [0, 1, 2, 3, 4] and len(small.store.records("dana")) == 4
+
+
+def test_a_timeline_that_does_not_fit_keeps_the_seeds_and_marks_the_gaps(small: Memory) -> None:
+    ctx = small.render(QUERY, 110, scope="dana", mode="timeline")
+    assert 0 < len(record_units(ctx)) < 5
+    assert re.search(r"^… \d+ records? omitted$", ctx.text, flags=re.M)
+
+
+def test_unused_timeline_tokens_pass_on_to_detail(small: Memory) -> None:
+    # rho = 0.9 reserves most of the budget for a timeline that needs far less.
+    cfg = SMALL_UNITS.replace(timeline_share=0.9)
+    ctx = render_context(small, QUERY, 1500, scope="dana", mode="unit", settings=cfg)
+    detail = sum(p.tokens for p in ctx.parts if p.kind in ("raw", "excerpt"))
+    assert detail > 0.1 * ctx.cap
+
+
+def test_agent_mode_keeps_the_newest_items_verbatim_at_the_end(small: Memory) -> None:
+    budget = 800
+    ctx = small.render("What should Dana do next?", budget, scope="dana", agent=True)
+    recent = [p for p in ctx.parts if p.kind == "recent"]
+    assert recent and all(p.reason == "recency" for p in recent)
+    assert sum(p.tokens for p in recent) <= 0.25 * budget
+    newest = small.items("dana")[-1]
+    assert ctx.text.endswith(newest.render())
+    seqs = [p.seqs[0] for p in recent]
+    assert seqs == list(range(seqs[0], newest.seq + 1))  # a contiguous run up to the newest
+    # Items of the window are not repeated in the rendered memory above it.
+    assert ctx.text.count(newest.render()) == 1
+
+
+def test_the_cli_prints_the_context_with_its_token_accounting(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from suffice import cli
+
+    db = tmp_path / "cli.db"
+    with Memory(db, embedder=embedder) as mem:
+        mem.add(history_items(), scope="dana")
+    result = CliRunner().invoke(cli.app, ["render", QUERY, "--db", str(db), "--scope", "dana",
+                                          "--budget", "300", "--mode", "piece"])
+    assert result.exit_code == 0, result.output
+    assert "tokens of cap 285 (budget 300)" in result.output
