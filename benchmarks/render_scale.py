@@ -42,14 +42,20 @@ def prefix_fill(mem: Memory, scope: str, query: str, budget: int) -> str:
     return "\n".join(lines)
 
 
-def run_size(n: int, n_queries: int, budget: int, workdir: Path, modes: list[str]) -> dict[str, object]:
+def build(n: int, workdir: Path) -> tuple[Memory, list[str], float]:
+    """The store of ``n`` items (reused when ``workdir`` already holds it) and its texts."""
     texts = corpus(n)
     mem = Memory(workdir / f"render_{n}.db")
     t0 = time.perf_counter()
-    for b in range(0, n, 512):
+    have = mem.store.max_seq("bench") + 1
+    for b in range(have, n, 512):
         mem.add([NewItem(text=t, session=f"s{(b + i) // 200}") for i, t in enumerate(texts[b:b + 512])],
                 scope="bench")
-    ingest_s = time.perf_counter() - t0
+    return mem, texts, time.perf_counter() - t0
+
+
+def run_size(n: int, n_queries: int, budget: int, workdir: Path, modes: list[str]) -> dict[str, object]:
+    mem, texts, ingest_s = build(n, workdir)
     qs = queries(texts, n_queries * (len(modes) + 1), seed=23)
     render_context(mem, "warm up the caches", budget, scope="bench")
     prefix_fill(mem, "bench", "warm up the caches", budget)
@@ -91,12 +97,23 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=8000)
     ap.add_argument("--modes", default="unit,piece,unit+piece")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--store-dir", type=Path, help="Keep and reuse the stores here (default: temporary).")
+    ap.add_argument("--build-only", action="store_true", help="Build the stores and stop.")
     args = ap.parse_args()
     modes = args.modes.split(",")
+    sizes = [int(x) for x in args.sizes.split(",")]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for n in (int(x) for x in args.sizes.split(",")):
-            r = run_size(n, args.queries, args.budget, Path(tmp), modes)
+        workdir = args.store_dir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if args.build_only:
+            for n in sizes:
+                mem, _texts, secs = build(n, workdir)
+                mem.close()
+                print(f"{n} items in {secs:.0f} s", flush=True)
+            return 0
+        for n in sizes:
+            r = run_size(n, args.queries, args.budget, workdir, modes)
             results.append(r)
             print(json.dumps(r, indent=1), flush=True)
     if args.json:

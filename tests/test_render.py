@@ -74,11 +74,24 @@ def test_a_budget_too_small_for_anything_gives_an_empty_context_that_says_so(sma
 
 
 def test_detail_degrades_raw_then_excerpt_then_pieces_then_timeline_only(small: Memory) -> None:
+    # Whole unit when it fits, else an excerpt: never more detail on a smaller budget.
+    cfg = SMALL_UNITS.replace(excerpt_tokens=60, raw_first=True)
+    levels = [level(render_context(small, QUERY, b, scope="dana", mode="unit+piece", settings=cfg))
+              for b in range(1200, -1, -10)]
+    assert levels == sorted(levels, reverse=True)
+    assert set(levels) == {4, 3, 2, 1, 0}
+
+
+def test_excerpts_first_degrade_in_the_same_order_of_stages(small: Memory) -> None:
+    # Excerpts first, widened to whole units while they fit (the default): at middle budgets a
+    # unit may be whole or an excerpt, but the stages still come in order as the budget shrinks.
     cfg = SMALL_UNITS.replace(excerpt_tokens=60)
     levels = [level(render_context(small, QUERY, b, scope="dana", mode="unit+piece", settings=cfg))
               for b in range(1200, -1, -10)]
-    assert levels == sorted(levels, reverse=True)  # never more detail on a smaller budget
-    assert set(levels) == {4, 3, 2, 1, 0}
+    first_seen = list(dict.fromkeys(levels))
+    assert first_seen == [4, 3, 2, 1, 0]
+    below = levels[levels.index(2):]
+    assert below == sorted(below, reverse=True) and max(below) == 2  # no unit comes back
 
 
 def test_records_and_detail_are_shown_in_chronological_order(small: Memory) -> None:
@@ -125,7 +138,7 @@ def test_piece_recovery_brings_back_the_matching_turn_verbatim(small: Memory) ->
 
 def test_unit_recovery_shows_an_excerpt_around_the_best_piece_when_the_unit_does_not_fit(
         small: Memory) -> None:
-    cfg = SMALL_UNITS.replace(excerpt_tokens=60, timeline_share=0.0)
+    cfg = SMALL_UNITS.replace(excerpt_tokens=60, timeline_share=0.0, raw_first=True)
     ctx = render_context(small, "Who is getting married in October?", 140, scope="dana", mode="unit",
                          settings=cfg)
     kinds = [p.kind for p in ctx.parts if p.kind != "record"]

@@ -232,6 +232,18 @@ ModelOpt = Annotated[str | None, typer.Option(help="Model name, or a GGUF path f
 BaseUrlOpt = Annotated[str | None, typer.Option(help="Base URL for --provider http.")]
 
 
+def locomo_run(data: Path | None, limit: int | None, store: Path) -> tuple[Any, Any, Any]:
+    """Load LoCoMo, pick the first ``limit`` questions, and make sure their scopes are stored."""
+    from .bench import qa
+    from .datasets.locomo import load_locomo
+    convs = load_locomo(data)
+    items = qa.select(convs, limit)
+    mem = open_memory(str(store))
+    with progress_bar("ingesting", None) as advance:
+        qa.ingest(mem, convs, {i.scope for i in items}, progress=advance)
+    return convs, items, mem
+
+
 @bench_app.command("qa")
 def bench_qa(
     dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
@@ -257,16 +269,12 @@ def bench_qa(
             fail(f"unknown dataset {dataset!r}; bench qa supports: locomo")
         from .bench import qa
         from .bench.report import envelope, write_json
-        from .datasets.locomo import default_path, load_locomo
+        from .datasets.locomo import default_path
         wanted = [v.strip() for v in variants.split(",") if v.strip()]
         bad = [v for v in wanted if v not in qa.VARIANTS]
         if bad:
             fail(f"unknown variant(s) {', '.join(bad)}; use {', '.join(qa.VARIANTS)}")
-        convs = load_locomo(data)
-        items = qa.select(convs, limit)
-        mem = open_memory(str(store))
-        with progress_bar("ingesting", None) as advance:
-            qa.ingest(mem, convs, {i.scope for i in items}, progress=advance)
+        convs, items, mem = locomo_run(data, limit, store)
         llm = make_reader(provider, model, base_url)
         with progress_bar("questions", len(items)) as advance:
             qa.run(mem, llm, items, wanted, budget, out_path, judge_llm=llm if use_judge else None,
@@ -309,14 +317,10 @@ def bench_progressive(
             tau_list = [float(t) for t in taus.split(",") if t.strip()]
         except ValueError:
             fail(f"--taus must be numbers separated by commas, got {taus!r}")
-        from .bench import progressive, qa
+        from .bench import progressive
         from .bench.report import envelope, write_json
-        from .datasets.locomo import default_path, load_locomo
-        convs = load_locomo(data)
-        items = qa.select(convs, limit)
-        mem = open_memory(str(store))
-        with progress_bar("ingesting", None) as advance:
-            qa.ingest(mem, convs, {i.scope for i in items}, progress=advance)
+        from .datasets.locomo import default_path
+        convs, items, mem = locomo_run(data, limit, store)
         dia = {c.scope: {str(it.meta.get("dia_id")): it.seq for it in mem.items(c.scope)}
                for c in convs if c.scope in {i.scope for i in items}}
 

@@ -22,9 +22,9 @@ class Settings:
     """U: a unit packs consecutive items of one session to about this many o200k tokens."""
     piece_max_tokens: int = 64
     """Items longer than this are split into sentence pieces so BM25 can point inside them."""
-    block_tokens: int = 1024
-    """Size of a deep-path block; small enough for a small local reader to take in one call."""
-    block_stride: int = 512
+    block_tokens: int = 512
+    """Size of a deep-path block: a 0.5B CPU reader takes ~4 s per 512-token block."""
+    block_stride: int = 256
     """Stride between blocks; half the size so every item lies in one or two blocks."""
 
     # --- retrieval prefix ------------------------------------------------------------------
@@ -62,6 +62,8 @@ class Settings:
     """A record (one timeline line) is cut to this many o200k tokens so the timeline stays compact."""
     link_hops: int = 1
     """H: how many links priority travels from a seed; one hop keeps the spread local."""
+    raw_first: bool = False
+    """Unit recovery: each unit's excerpt first, whole units after (on: whole unit if it fits)."""
     excerpts: bool = True
     """Unit recovery may show an excerpt when the raw unit does not fit (off only for ablations)."""
     piece_whole_item_tokens: int = 128
@@ -80,14 +82,15 @@ class Settings:
     # --- engine (Router-Mem) ---------------------------------------------------------------
     tau: float = 0.5
     """Router threshold: answer from the prefix when the sufficiency score reaches it."""
-    anchor_blocks: int = 3
+    anchor_blocks: int = 2
     """A: blocks with the most hit mass that anchor the deep path."""
-    max_blocks: int = 8
+    max_blocks: int = 4
     """N_max: anchors plus temporal neighbours are capped at this count."""
     concurrency: int = 4
     """Deep-path memory agents run at most this many at once."""
-    reader_budget: int = 2000
-    """Token budget of the context handed to the reader on the fast path."""
+    reader_budget: int = 1000
+    """Token budget of the reader's context; LoCoMo evidence fits in ~1k, and a small CPU
+    model reads ~130 tokens/s, so every 1k tokens costs about 8 s."""
 
     def __post_init__(self) -> None:
         for name in ("unit_tokens", "piece_max_tokens", "block_tokens", "block_stride",

@@ -11,9 +11,11 @@ that fills a budget ``B`` (FlexA-Mem, our reading in docs/render.md):
    content links with discount lambda per hop;
 3. timeline: up to ``rho * M`` tokens of records, all of them when they fit, else by priority
    (ties to the newer unit) with an elision line for each gap; unused tokens go to detail;
-4. detail by mode: ``unit`` (whole raw unit if it fits, else an excerpt of about E tokens
-   grown by whole pieces around the unit's best piece, else skip), ``piece`` (verbatim pieces
-   in fused score order), ``unit+piece`` (both in turn) or ``timeline`` (records only);
+4. detail by mode: ``unit`` (for each unit by priority an excerpt of about E tokens grown by
+   whole pieces around its best piece, then widened to the whole raw unit while that fits; or,
+   with ``raw_first``, the whole unit if it fits, else the excerpt, else skip), ``piece``
+   (verbatim pieces in fused score order), ``unit+piece`` (both in turn) or ``timeline``;
+   a unit with detail is shown under a short header (when and who: the detail says what);
 5. assemble, count the exact o200k tokens of the final string and, if the concatenation came
    out over the cap, drop the lowest-priority part and count again.
 
@@ -386,11 +388,12 @@ def _score(memory: Memory, scope: str, idx: ScopeIndex, st: ScopeRecords, units:
     # Unit cosine first: it seeds priorities and, on large scopes, picks where to look closer.
     cos = np.zeros(n_units, dtype=np.float64)
     if qvec is not None:
-        vecs = st.unit_vectors(n_units)
+        all_vecs = st.unit_vectors(len(idx.views.units))
+        vecs = all_vecs[:n_units]
         if vecs.shape[1]:
             seed_vec = qvec.astype(np.float32)
-            if agent:
-                seed_vec = seed_vec + vecs[n_units - 1]
+            if agent:  # task + newest unit (usually inside the recent window)
+                seed_vec = seed_vec + all_vecs[-1]
                 norm = float(np.linalg.norm(seed_vec))
                 seed_vec = seed_vec / norm if norm > 0 else seed_vec
             cos = np.maximum(vecs @ seed_vec, 0.0).astype(np.float64)
@@ -552,15 +555,20 @@ def _markers_cost(stream: _Stream) -> int:
 def _unit_recovery(memory: Memory, scope: str, idx: ScopeIndex, units: Sequence[Unit],
                    scores: _Scores, stream: _Stream, lines: _Lines, detail: list[_Part],
                    left: int, first_recent: int, s: Settings) -> int:
-    """Raw unit if it fits, else an excerpt of about E tokens around its best piece, else skip."""
+    """Raw unit if it fits, else an excerpt of about E tokens around its best piece, else skip.
+
+    With ``raw_first`` off, a first pass gives each unit (best first) its excerpt and a second
+    pass widens excerpts to whole units, best first, while they fit: more units get a look.
+    """
     order = sorted(scores.priority, key=lambda u: (-scores.priority[u], -u))
     tokens = idx.views.tokens
+    excerpt_first = not s.raw_first and s.excerpts
     for u in order:
         unit = units[u]
         last = min(unit.last_seq, first_recent - 1)
         header = stream.detail_cost(u)
         raw_floor = sum(tokens[unit.first_seq:last + 1])  # text tokens: a lower bound of the lines
-        can_raw = raw_floor + header <= left
+        can_raw = raw_floor + header <= left and not excerpt_first
         can_excerpt = s.excerpts and left - header >= s.excerpt_tokens
         if not (can_raw or can_excerpt):
             continue
@@ -585,6 +593,20 @@ def _unit_recovery(memory: Memory, scope: str, idx: ScopeIndex, units: Sequence[
                 stream.add_detail(u)
                 detail.append(_Part("excerpt", u, pri, why, tuple(sorted(chosen)), chosen, cost))
                 left -= cost + header
+    if excerpt_first:
+        for i, part in enumerate(detail):
+            if part.kind != "excerpt":
+                continue
+            unit = units[part.unit]
+            seqs = list(range(unit.first_seq, min(unit.last_seq, first_recent - 1) + 1))
+            all_p = {seq: {q[0] for q in lines.all_pieces(seq)} for seq in seqs}
+            extra = sum(lines.delta(seq, ps) for seq, ps in all_p.items())
+            if extra <= left:
+                for seq, ps in all_p.items():
+                    lines.show(seq, ps)
+                detail[i] = _Part("raw", part.unit, part.priority, part.reason, tuple(seqs), all_p,
+                                  part.tokens + extra)
+                left -= extra
     return left
 
 

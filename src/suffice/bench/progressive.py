@@ -22,7 +22,7 @@ from ..llm.base import LLM, Ledger
 from ..route.sufficiency import LMRouter, ScoreRouter, SufficiencyRouter
 from .judge import judge
 from .metrics import score_locomo
-from .qa import QAItem, load_done, read_results, receipt_summary
+from .qa import QAItem, load_done, open_append, read_results, receipt_summary
 from .report import markdown_table
 
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -38,8 +38,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
     done = {k for _, k in load_done(out)}
     engine = Engine(mem, llm)
     rts = routers(llm)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a", encoding="utf-8") as fh:
+    with open_append(out) as fh:
         for item in items:
             if item.key in done:
                 if progress:

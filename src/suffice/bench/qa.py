@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..api import Memory
 from ..datasets.locomo import LocomoConversation, LocomoQuestion
@@ -73,6 +73,19 @@ def load_done(path: Path) -> set[tuple[str, str]]:
                 continue  # a line cut by a kill: redo that question
             done.add((rec["variant"], rec["key"]))
     return done
+
+
+def open_append(path: Path) -> TextIO:
+    """Open a JSONL file for appending, first ending a line that a kill left half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as fh:
+            fh.seek(-1, 2)
+            last = fh.read(1)
+        if last != b"\n":
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write("\n")
+    return path.open("a", encoding="utf-8")
 
 
 def receipt_summary(r: Receipt) -> dict[str, Any]:
@@ -141,8 +154,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], variants: Sequence[str],
         progress: Callable[[int], None] | None = None) -> None:
     """Answer and score every (variant, question) not yet in ``out``; append as we go."""
     done = load_done(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a", encoding="utf-8") as fh:
+    with open_append(out) as fh:
         for item in items:
             for v in variants:
                 if (v, item.key) in done:

@@ -53,6 +53,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("unit, no timeline", "unit", overrides={"timeline_share": 0.0}),
     Variant("unit, no excerpts", "unit", overrides={"excerpts": False}),
     Variant("unit, no links", "unit", overrides={"link_discount": 0.0}),
+    Variant("unit, raw first", "unit", overrides={"raw_first": True}),
     Variant("piece, whole items", "piece", overrides={"piece_whole_item_tokens": 1_000_000}),
 )
 

@@ -1,0 +1,44 @@
+"""The QA benchmark picks questions in file order, resumes, and summarises per category."""
+
+import json
+
+from suffice.bench import qa
+from suffice.datasets.locomo import LocomoConversation, LocomoQuestion
+from suffice.llm import ScriptedLLM
+
+
+def conv(sample_id, cats):
+    qs = tuple(LocomoQuestion(f"q{i}?", "Figo", c, ()) for i, c in enumerate(cats))
+    return LocomoConversation(sample_id, (), qs)
+
+
+def test_select_takes_the_first_n_of_categories_1_to_4_in_order():
+    convs = [conv("a", [5, 1, 2]), conv("b", [4, 5, 3])]
+    keys = [i.key for i in qa.select(convs, 3)]
+    assert keys == ["a#1", "a#2", "b#0"]
+    assert len(qa.select(convs, None)) == 4
+
+
+def test_run_resumes_and_scores(tmp_path, memory):
+    item = qa.QAItem("dana#0", "dana", 0, LocomoQuestion("What is the cat's name?", "Figo", 4, ()))
+    out = tmp_path / "r.jsonl"
+    llm = ScriptedLLM("<answer>Figo</answer>")
+    qa.run(memory, llm, [item], ["fast", "no-memory"], 500, out)
+    first = len(llm.calls)
+    qa.run(memory, llm, [item], ["fast", "no-memory"], 500, out)  # nothing left to do
+    assert len(llm.calls) == first == 2
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert {r["variant"] for r in recs} == {"fast", "no-memory"}
+    assert all(r["f1"] == 1.0 for r in recs)
+    s = qa.summarize(out)
+    assert s["fast"]["overall"]["n"] == 1 and s["fast"]["4"]["f1"] == 100.0
+    assert s["no-memory"]["overall"]["input_tokens"] < s["fast"]["overall"]["input_tokens"]
+
+
+def test_a_line_cut_by_a_kill_is_redone_and_does_not_swallow_the_next(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"variant": "fast", "key": "a#1"}\n{"variant": "fa')
+    assert qa.load_done(out) == {("fast", "a#1")}
+    with qa.open_append(out) as fh:
+        fh.write('{"variant": "fast", "key": "a#2"}\n')
+    assert qa.load_done(out) == {("fast", "a#1"), ("fast", "a#2")}
