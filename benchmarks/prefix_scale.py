@@ -63,15 +63,22 @@ def naive_scan(texts: list[str], q: str) -> list[int]:
     return [i for _, i in scored[:10]]
 
 
-def run_size(n: int, n_queries: int, workdir: Path) -> dict[str, object]:
+def run_size(n: int, n_queries: int, workdir: Path, reuse: Path | None = None) -> dict[str, object]:
+    """Ingest ``n`` items (timed) and time prefix queries; ``reuse`` skips ingest if it exists."""
     texts = corpus(n)
-    mem = Memory(workdir / f"scale_{n}.db")
-    t0 = time.perf_counter()
-    batch = 512
-    for b in range(0, n, batch):
-        mem.add([NewItem(text=t, session=f"s{(b + i) // 200}") for i, t in enumerate(texts[b:b + batch])],
-                scope="bench")
-    ingest_s = time.perf_counter() - t0
+    ingest_s: float | None = None
+    if reuse is not None and reuse.exists():
+        mem = Memory(reuse)
+        if mem.store.max_seq("bench") + 1 != n:
+            raise SystemExit(f"{reuse} does not hold {n} items in scope 'bench'")
+    else:
+        mem = Memory(reuse or workdir / f"scale_{n}.db")
+        t0 = time.perf_counter()
+        batch = 512
+        for b in range(0, n, batch):
+            mem.add([NewItem(text=t, session=f"s{(b + i) // 200}")
+                     for i, t in enumerate(texts[b:b + batch])], scope="bench")
+        ingest_s = time.perf_counter() - t0
     qs = queries(texts, n_queries)
     mem.search("warm up the caches", scope="bench")
     totals: list[float] = []
@@ -93,7 +100,8 @@ def run_size(n: int, n_queries: int, workdir: Path) -> dict[str, object]:
     share = {k: 100 * v / max(sum(stage_p50.values()), 1e-9) for k, v in stage_p50.items()}
     mem.close()
     return {
-        "items": n, "queries": len(qs), "ingest_s": ingest_s, "ingest_items_per_s": n / ingest_s,
+        "items": n, "queries": len(qs), "ingest_s": ingest_s,
+        "ingest_items_per_s": n / ingest_s if ingest_s else None,
         "prefix_p50_ms": p50, "prefix_p95_ms": percentile(totals, 0.95),
         "stage_p50_ms": stage_p50, "stage_share_pct": share,
         "naive_scan_p50_ms": statistics.median(naive), "speedup_vs_naive": statistics.median(naive) / p50,
@@ -105,11 +113,14 @@ def main() -> int:
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--store-dir", type=Path,
+                    help="keep stores here (render_<n>.db) and reuse them: query timing only")
     args = ap.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(x) for x in args.sizes.split(",")):
-            r = run_size(n, args.queries, Path(tmp))
+            reuse = args.store_dir / f"render_{n}.db" if args.store_dir else None
+            r = run_size(n, args.queries, Path(tmp), reuse)
             results.append(r)
             print(json.dumps(r, indent=1), flush=True)
     if args.json:

@@ -127,7 +127,8 @@ def test_every_part_says_why_it_is_there(small: Memory) -> None:
     detail = [p for p in ctx.parts if p.kind in ("raw", "excerpt", "piece")]
     assert detail
     for p in detail:
-        assert re.match(r"seed \d\.\d\d|link \((previous|next|similar)\) from unit \d+|piece score", p.reason)
+        assert re.match(r"seed \d\.\d\d|link \((previous|next|similar)\) from unit \d+"
+                        r"|\d+ piece\(s\), best piece score", p.reason), p.reason
         assert p.seqs and p.tokens > 0 and p.unit is not None
 
 
@@ -194,3 +195,34 @@ def test_the_cli_prints_the_context_with_its_token_accounting(tmp_path: Path, em
                                           "--budget", "300", "--mode", "piece"])
     assert result.exit_code == 0, result.output
     assert "tokens of cap 285 (budget 300)" in result.output
+
+
+def test_on_a_large_scope_dense_scoring_looks_only_inside_the_best_units(small: Memory) -> None:
+    # dense_scan_items=10: the 30 items are "many", so item vectors are scored only in the units
+    # whose vectors are closest to the query; the matching turn is still found.
+    cfg = SMALL_UNITS.replace(dense_scan_items=10)
+    ctx = render_context(small, "peanut allergy dessert", 200, scope="dana", mode="piece", settings=cfg)
+    assert "It has no nuts at all, so it is safe with your peanut allergy." in ctx.text
+    assert ctx.tokens <= ctx.cap
+
+
+def test_a_partly_shown_item_marks_every_cut_with_an_ellipsis() -> None:
+    from suffice.render import _Lines
+    from suffice.types import Item
+
+    item = Item("a", "s", 0, "s1", "Ana", "", "message", "May", "One. Two. Three. Four.", {}, 8)
+    lines = _Lines({0: item}, {0: [(0, 0, 5), (1, 5, 10), (2, 10, 17), (3, 17, 22)]})
+    assert lines.line(0, {0, 1}) == "[May] Ana: One. Two. …"
+    assert lines.line(0, {1, 3}) == "[May] Ana: … Two. … Four."
+    assert lines.line(0, {0, 1, 2, 3}) == item.render()
+
+
+def test_every_knob_is_a_setting_with_the_papers_defaults_for_chat_and_agents() -> None:
+    chat, agent = Settings(), Settings.for_agent()
+    assert (chat.unit_tokens, chat.timeline_share, chat.link_discount, chat.seeds) == (2000, 0.3, 0.5, 10)
+    assert (chat.excerpt_tokens, chat.prompt_cap, chat.recent_share, chat.render_mode) == (
+        300, 0.95, 0.0, "piece")
+    assert (agent.unit_tokens, agent.timeline_share, agent.link_discount, agent.seeds) == (1000, 0.5, 0.9, 10)
+    assert (agent.recent_share, agent.render_mode) == (0.25, "unit")
+    with pytest.raises(ConfigError):
+        Settings(render_mode="everything")  # type: ignore[arg-type]

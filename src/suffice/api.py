@@ -25,6 +25,7 @@ from .views import piece_spans
 
 if TYPE_CHECKING:
     from .engine import Answer, Mode
+    from .records import RecordWriter
 
 DEFAULT_SCOPE = "default"
 ItemLike = str | NewItem | Mapping[str, Any]
@@ -65,8 +66,11 @@ class Memory:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  settings: Settings | None = None,
-                 embedder: Embedder | Literal["default"] | None = "default") -> None:
+                 embedder: Embedder | Literal["default"] | None = "default",
+                 record_writer: RecordWriter | None = None) -> None:
         self.settings = settings or Settings()
+        self.record_writer = record_writer
+        """Writes a unit's timeline line once when it closes; None uses the fixed rule."""
         self.store = SQLiteStore(path if path is not None else default_db_path())
         if embedder == "default":
             from .embed.minilm import MiniLMEmbedder

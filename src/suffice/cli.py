@@ -177,14 +177,15 @@ def render(
     query: Annotated[str, typer.Argument(help="What the memory is rendered for.")],
     scope: ScopeOpt = "default",
     budget: Annotated[int, typer.Option("--budget", "-b", help="Token budget B (o200k).")] = 2000,
-    mode: Annotated[str, typer.Option(help="unit, piece, unit+piece or timeline.")] = "unit",
+    mode: Annotated[str | None, typer.Option(
+        help="unit, piece, unit+piece or timeline (default: the settings' render_mode).")] = None,
     agent: Annotated[bool, typer.Option("--agent", help="Agent mode: keep a recent window.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     db: DbOpt = None,
 ) -> None:
     """Render a budgeted memory (timeline + detail) and print it with its token accounting."""
     with errors():
-        if mode not in ("unit", "piece", "unit+piece", "timeline"):
+        if mode is not None and mode not in ("unit", "piece", "unit+piece", "timeline"):
             fail(f"unknown mode {mode!r}; use unit, piece, unit+piece or timeline")
         mem = open_memory(db)
         ctx = mem.render(query, budget, scope=scope, mode=mode, agent=agent)

@@ -6,7 +6,7 @@ earlier units. Both are written once and never changed, so a rendered memory can
 rebuilt from the item log plus these lines. Temporal links (unit j to j +/- 1) are implicit.
 
 The record is written by a fixed rule by default, because a timeline must not depend on a model
-being reachable at write time. A caller may configure an LLM writer (``memory.record_writer``
+being reachable at write time. A caller may configure an LLM writer (``Memory(record_writer=...)``
 or the ``writer`` argument); when it fails, the rule writes the record instead and the store
 says so (``writer = 'rule'``).
 
@@ -29,6 +29,7 @@ from .retrieve import ScopeIndex
 from .text import STOPWORDS, sentence_spans, words
 from .tokens import count_tokens, encode, encoding
 from .types import Item, Unit
+from .views import ScopeViews
 
 if TYPE_CHECKING:
     from .api import Memory
@@ -175,10 +176,21 @@ class ScopeRecords:
     item_cache: dict[int, Item] = field(default_factory=dict)
     piece_cache: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     """Items and piece spans read by recent renders (both immutable), by seq."""
-    line_cost: dict[tuple[int, bool], int] = field(default_factory=dict)
-    """Tokens of whole item lines by (seq, time shown): items never change, so neither do these."""
+    line_cost: dict[str, int] = field(default_factory=dict)
+    """Tokens of item heads (``[time] speaker:``) by text."""
     open_record: tuple[int, int, str, int] | None = None
     """(unit, last_seq, text, tokens) of the open unit's on-the-fly record."""
+
+    unit_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Unit index of every item, as an array (the views keep a list)."""
+
+    def unit_index(self, views: ScopeViews) -> np.ndarray:
+        """``unit_of`` as an array, extended with items the views learned since the last call."""
+        n = len(views.unit_of)
+        if self.unit_of.shape[0] < n:
+            self.unit_of = np.concatenate(
+                [self.unit_of, np.asarray(views.unit_of[self.unit_of.shape[0]:n], dtype=np.int64)])
+        return self.unit_of
 
     def unit_vectors(self, n_units: int) -> np.ndarray:
         if self.vecs.shape[0] >= n_units:
@@ -278,7 +290,7 @@ def write_new_records(memory: Memory, scope: str, writer: RecordWriter | None = 
 
     Idempotent and safe to race: a record another writer stored first is kept as it is.
     """
-    writer = writer or cast(RecordWriter | None, getattr(memory, "record_writer", None))
+    writer = writer or memory.record_writer
     idx, st = scope_records(memory, scope)
     settings = memory.settings
     units = [u for u in idx.views.units if u.closed]

