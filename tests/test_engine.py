@@ -23,8 +23,20 @@ def reader(delay_s: float = 0.0) -> ScriptedLLM:
     return ScriptedLLM(respond, delay_s=delay_s, price=Price(1.0, 2.0))
 
 
+def test_fast_path_reads_the_budgeted_render_by_default(memory):
+    llm = reader()
+    ans = Engine(memory, llm).ask("What is the name of Dana's cat?", scope="dana", mode="fast",
+                                  budget=300)
+    r = ans.receipt
+    assert ans.text == "Figo" and r.path == "fast"
+    assert 0 < r.context_tokens <= int(0.95 * 300)
+    assert "Figo" in llm.calls[0][1]["content"]
+    assert any(p.kind in ("raw", "excerpt", "piece") for p in r.parts)
+
+
 def test_fast_path_answers_from_the_prefix_with_one_call(memory):
-    ans = Engine(memory, reader()).ask("What is the name of Dana's cat?", scope="dana", mode="fast")
+    ans = Engine(memory, reader(), context="prefix").ask("What is the name of Dana's cat?",
+                                                         scope="dana", mode="fast")
     r = ans.receipt
     assert ans.text == "Figo"
     assert r.path == "fast" and len(r.calls) == 1 and r.calls[0].stage == "answer"

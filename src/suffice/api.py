@@ -167,10 +167,11 @@ class Memory:
 
     def ask(self, question: str, *, scope: str = DEFAULT_SCOPE, llm: LLM | None = None,
             mode: Mode = "fast", router: SufficiencyRouter | None = None, tau: float | None = None,
-            budget: int | None = None, context: Literal["prefix", "render"] = "prefix") -> Answer:
+            budget: int | None = None, context: Literal["prefix", "render"] = "render") -> Answer:
         """Answer ``question`` from memory; the Answer carries a receipt of how it was made.
 
-        ``mode``: ``fast`` answers from the shared prefix, ``deep`` reads blocks with memory
+        The reader's context is the budgeted render (``context="render"``, timeline + detail)
+        or the prefix hits in rank order (``"prefix"``). ``mode``: ``fast`` answers at once, ``deep`` reads blocks with memory
         agents, ``auto`` lets ``router`` decide with threshold ``tau``. Without ``llm`` the
         local shipped model is loaded once and reused.
         """

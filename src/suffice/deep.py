@@ -45,12 +45,16 @@ class AgentNote:
 
 
 def choose_blocks(hits: Sequence[Hit], views: ScopeViews, settings: Settings) -> list[ChosenBlock]:
-    """Anchor blocks by hit mass, plus their temporal neighbours, capped and in time order."""
+    """Anchor blocks by hit mass, plus their temporal neighbours, capped and in time order.
+
+    A hit weighs 1/(rank+1): fused scores are rank-based and nearly flat, so summing them would
+    let a cluster of weak hits outweigh the block that holds the best one.
+    """
     mass: dict[int, float] = {}
     count: dict[int, int] = {}
     for h in hits:
         for b in h.blocks:
-            mass[b] = mass.get(b, 0.0) + h.score
+            mass[b] = mass.get(b, 0.0) + 1.0 / (h.rank + 1)
             count[b] = count.get(b, 0) + 1
     anchors = sorted(mass, key=lambda b: (-mass[b], -b))[: settings.anchor_blocks]
     chosen: dict[int, str] = {b: f"anchor: {count[b]} hit(s), mass {mass[b]:.3f}" for b in anchors}

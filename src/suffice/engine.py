@@ -104,7 +104,7 @@ class Engine:
     """Answers questions over one Memory with one reader model."""
 
     def __init__(self, memory: Memory, llm: LLM, *, router: SufficiencyRouter | None = None,
-                 agent: MemoryAgent | None = None, context: Literal["prefix", "render"] = "prefix",
+                 agent: MemoryAgent | None = None, context: Literal["prefix", "render"] = "render",
                  aggregator: Literal["reader", "llm"] = "reader", answer_max_tokens: int = 48) -> None:
         self.memory = memory
         self.llm = llm
