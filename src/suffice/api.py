@@ -171,9 +171,9 @@ class Memory:
         """Answer ``question`` from memory; the Answer carries a receipt of how it was made.
 
         The reader's context is the budgeted render (``context="render"``, timeline + detail)
-        or the prefix hits in rank order (``"prefix"``). ``mode``: ``fast`` answers at once, ``deep`` reads blocks with memory
-        agents, ``auto`` lets ``router`` decide with threshold ``tau``. Without ``llm`` the
-        local shipped model is loaded once and reused.
+        or the prefix hits in rank order (``"prefix"``). ``mode``: ``fast`` answers at once,
+        ``deep`` reads blocks with memory agents, ``auto`` lets ``router`` decide with
+        threshold ``tau``. Without ``llm`` the local shipped model is loaded once and reused.
         """
         from .engine import Engine
 
