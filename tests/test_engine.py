@@ -163,3 +163,10 @@ def test_aggregate_parsing_is_lenient():
     assert split_aggregate("CONFLICTS: none\n<answer>Lisbon</answer>") == ("Lisbon", "")
     assert split_aggregate("CONFLICTS: moved from Porto to Lisbon\nLisbon") == (
         "Lisbon", "moved from Porto to Lisbon")
+
+
+@pytest.mark.parametrize("budget", [0, 60, 120])
+def test_tiny_budgets_never_crash_either_path(memory, budget):
+    for mode in ("fast", "deep"):
+        ans = Engine(memory, reader()).ask("Dana cat name?", scope="dana", mode=mode, budget=budget)
+        assert ans.receipt.context_tokens <= int(0.95 * budget)

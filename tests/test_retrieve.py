@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from suffice import InvalidItemError, Memory, UnknownScopeError
+from suffice import ConflictError, InvalidItemError, Memory, NewItem, UnknownScopeError
+from suffice.store.sqlite import ItemRow
 
 
 def test_prefix_finds_the_turn_that_answers(memory):
@@ -86,3 +87,35 @@ def test_new_items_are_searchable_right_after_add(memory):
     memory.add("Dana bought a red kayak on Saturday.", scope="dana")
     ev = memory.search("kayak", scope="dana", k=3)
     assert any("kayak" in it.text for it in ev.items)
+
+
+def test_a_conflict_in_a_later_batch_writes_nothing(memory):
+    before = memory.stats("dana").items
+    memory.add([{"text": "one", "id": "c1"}], scope="dana")
+    items = [{"text": f"new {i}"} for i in range(5)] + [{"text": "changed", "id": "c1"}]
+    with pytest.raises(ConflictError):
+        memory.add(items, scope="dana", batch_size=2)
+    assert memory.stats("dana").items == before + 1
+
+
+def test_re_adding_stored_items_does_not_embed_them_again(tmp_path, embedder):
+    counting = CountingEmbedder(embedder)
+    mem = Memory(tmp_path / "m.db", embedder=counting)
+    mem.add([{"text": "a fact", "id": "f1"}, {"text": "another", "id": "f2"}], scope="s")
+    mem.add([{"text": "a fact", "id": "f1"}, {"text": "another", "id": "f2"}], scope="s")
+    assert counting.texts == 2 and mem.stats("s").items == 2
+
+
+def test_a_search_never_returns_an_item_the_views_have_not_seen(memory):
+    # Another writer commits between the sync and the BM25 read: the hit must not crash.
+    store = memory.store
+    original = store.bm25
+
+    def racing_bm25(*args, **kwargs):
+        store.append("dana", [ItemRow(NewItem(text="apples and pears"), 3, [(0, 16)],
+                                      ["apples and pears"])])
+        return original(*args, **kwargs)
+
+    store.bm25 = racing_bm25
+    ev = memory.search("apples pears", scope="dana", method="bm25")
+    assert all(h.seq < 31 for h in ev.hits)

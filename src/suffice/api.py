@@ -7,13 +7,14 @@ Reads start with the shared retrieval prefix; answering and rendering build on i
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .config import Settings
 from .embed.protocol import Embedder
-from .errors import InvalidItemError
+from .errors import InvalidItemError, StoreError
 from .llm.base import LLM
 from .retrieve import Method, Retriever
 from .route.sufficiency import SufficiencyRouter
@@ -110,18 +111,37 @@ class Memory:
             items = [items]
         defaults = {"session": session, "speaker": speaker, "role": role, "kind": kind,
                     "observed_at": observed_at}
+        if batch_size <= 0:
+            raise InvalidItemError(f"batch_size must be positive, got {batch_size}")
         new = [_coerce(it, defaults, i) for i, it in enumerate(items)]
         for i, it in enumerate(new):
             validate_item(it, i)
+        ids = [it.id for it in new if it.id is not None]
+        if len(ids) != len(set(ids)):
+            dup = next(x for x in ids if ids.count(x) > 1)
+            raise InvalidItemError(f"id {dup!r} appears twice in one add")
+        # Conflicting client ids are refused before any batch is written; items already
+        # stored unchanged are not embedded again.
+        known = self.store.check_ids(scope, new)
         out: list[Item] = []
         for b in range(0, len(new), batch_size):
             batch = new[b:b + batch_size]
-            out.extend(self.store.append(scope, self._prepare(batch),
+            stored = known[b:b + batch_size]
+            prepared = iter(self._prepare([it for it, k in zip(batch, stored, strict=True) if not k]))
+            # An already-stored item needs no row: the store returns it as it is.
+            rows = [ItemRow(it, 0, [], []) if k else next(prepared)
+                    for it, k in zip(batch, stored, strict=True)]
+            out.extend(self.store.append(scope, rows,
                                          embed_model=self.embedder.name if self.embedder else ""))
             if progress is not None:
                 progress(len(batch))
         if out:
-            self._close_units(scope)
+            try:
+                self._close_units(scope)
+            except StoreError as exc:
+                # The items are stored; records are derived and are written on the next add.
+                warnings.warn(f"records not written yet ({exc}); they follow on the next add",
+                              stacklevel=2)
         return out
 
     def _close_units(self, scope: str) -> None:

@@ -99,6 +99,8 @@ class Settings:
                      "piece_whole_item_tokens"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"setting {name} must be positive, got {getattr(self, name)!r}")
+        if not 1 <= self.anchor_blocks <= self.max_blocks:
+            raise ConfigError("anchor_blocks must lie in [1, max_blocks] so the deep path has an anchor")
         if self.block_stride > self.block_tokens:
             raise ConfigError("block_stride must not exceed block_tokens (blocks would leave gaps)")
         for name in ("prompt_cap", "timeline_share", "link_discount", "tau", "bm25_weight",
@@ -119,7 +121,7 @@ class Settings:
         """Defaults for agent trajectories: smaller units, more timeline, stronger links."""
         base = cls(unit_tokens=1000, timeline_share=0.5, link_discount=0.9, recent_share=0.25,
                    render_mode="unit")
-        return replace(base, **overrides)
+        return base.replace(**overrides)
 
     def replace(self, **overrides: Any) -> Settings:
         names = {f.name for f in fields(self)}

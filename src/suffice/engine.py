@@ -8,6 +8,7 @@ time, and the call costs sum to the total.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -78,13 +79,13 @@ class Receipt:
 
     @property
     def cost_usd(self) -> float:
-        return sum(c.cost_usd for c in self.calls)
+        return math.fsum(c.cost_usd for c in self.calls)
 
     def cost_by_stage(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+        stages: dict[str, list[float]] = {}
         for c in self.calls:
-            out[c.stage] = out.get(c.stage, 0.0) + c.cost_usd
-        return out
+            stages.setdefault(c.stage, []).append(c.cost_usd)
+        return {k: math.fsum(v) for k, v in stages.items()}
 
     def tokens_by_stage(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -257,8 +258,9 @@ class Engine:
             # The reader merges: notes first (oldest first, later ones win), then as much of
             # the prefix evidence as still fits.
             room = cap - count_tokens(body) - 40
-            evidence_text, _, _ = self.fast_context(scope, question, int(room / s.prompt_cap), ranked)
-            context = deep_context(body, evidence_text if room > 0 else "")
+            evidence_text = (self.fast_context(scope, question, int(room / s.prompt_cap), ranked)[0]
+                             if room > 0 and s.prompt_cap > 0 else "")
+            context = deep_context(body, evidence_text)
             text, ok = self._answer(answer_messages(question, context, style), ledger, "aggregate")
             body = context
         stages["aggregate"] = _ms(t)

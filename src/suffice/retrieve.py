@@ -16,6 +16,7 @@ import numpy as np
 
 from .config import Settings
 from .embed.protocol import Embedder
+from .errors import BudgetError
 from .store.sqlite import SQLiteStore
 from .text import embedding_text, query_terms
 from .types import Evidence, Hit
@@ -73,6 +74,10 @@ class Retriever:
                 if have < idx.views.size - 1:
                     self._ensure_embedded(scope)
                     seqs, mat = self.store.embeddings(scope, self.embedder.name, after_seq=have)
+                    # Another writer may have committed since the layout read: keep the
+                    # vectors in step with the views, never ahead of them.
+                    keep = seqs < idx.views.size
+                    seqs, mat = seqs[keep], mat[keep]
                     if seqs.size:
                         idx.seqs = np.concatenate([idx.seqs, seqs])
                         idx.matrix = mat if idx.matrix.size == 0 else np.vstack([idx.matrix, mat])
@@ -92,8 +97,10 @@ class Retriever:
 
     def rank_bm25(self, scope: str, query: str, depth: int) -> Ranking:
         terms = query_terms(query)
+        # Only items the views know: a concurrent writer's newer items wait for the next sync.
+        known = self.index(scope).views.size
         # Several pieces of one item may match; over-fetch so ``depth`` distinct items remain.
-        rows = self.store.bm25(scope, terms, limit=depth * 3 + 10)
+        rows = self.store.bm25(scope, terms, limit=depth * 3 + 10, seq_range=(0, known))
         seqs: list[int] = []
         scores: list[float] = []
         pieces: dict[int, int] = {}
@@ -167,6 +174,8 @@ class Retriever:
                method: Method = "fused") -> Evidence:
         """Hits for ``query`` and the evidence context: hit items in time order."""
         k = k if k is not None else self.settings.prefix_k
+        if k < 0:
+            raise BudgetError(f"k must not be negative, got {k}")
         t0 = time.perf_counter()
         idx = self.index(scope)
         t1 = time.perf_counter()

@@ -84,4 +84,5 @@ def truncate(text: str, max_tokens: int) -> str:
     ids = encode(text)
     if len(ids) <= max_tokens:
         return text
-    return encoding().decode(ids[:max_tokens])
+    # Cut on a character edge too: a token boundary can fall inside a UTF-8 character.
+    return encoding().decode_bytes(ids[:max_tokens]).decode("utf-8", "ignore")

@@ -72,6 +72,7 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
         self._qcache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._qcache_size = query_cache
+        self._qlock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -101,12 +102,14 @@ class MiniLMEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """One query's vector; recent queries are cached since agents repeat themselves."""
-        hit = self._qcache.get(text)
-        if hit is not None:
-            self._qcache.move_to_end(text)
-            return hit
+        with self._qlock:
+            hit = self._qcache.get(text)
+            if hit is not None:
+                self._qcache.move_to_end(text)
+                return hit
         vec: np.ndarray = self.embed([text])[0]
-        self._qcache[text] = vec
-        if len(self._qcache) > self._qcache_size:
-            self._qcache.popitem(last=False)
+        with self._qlock:
+            self._qcache[text] = vec
+            if len(self._qcache) > self._qcache_size:
+                self._qcache.popitem(last=False)
         return vec

@@ -361,13 +361,13 @@ class OpenAIHTTP:
                 first = content[0]
                 for alt in first.get("top_logprobs") or []:
                     if isinstance(alt, dict) and isinstance(alt.get("token"), str):
-                        out.append((alt["token"], float(alt.get("logprob", -math.inf))))
+                        out.append((alt["token"], _logprob(alt.get("logprob"))))
                 if not out and isinstance(first.get("token"), str):
-                    out.append((first["token"], float(first.get("logprob", -math.inf))))
+                    out.append((first["token"], _logprob(first.get("logprob"))))
             elif isinstance(lp.get("top_logprobs"), list) and lp["top_logprobs"]:
                 head = lp["top_logprobs"][0]  # legacy completions: [{token: logprob}, ...]
                 if isinstance(head, dict):
-                    out = [(str(t), float(v)) for t, v in head.items()]
+                    out = [(str(t), _logprob(v)) for t, v in head.items()]
         if not out:
             raise ProviderError(
                 f"{self.chat_url} returned no logprobs; the server may not support "
@@ -402,3 +402,11 @@ def _group_probs(
 
 
 __all__ = ["ENV_API_KEY", "ENV_BASE_URL", "ENV_MODEL", "OpenAIHTTP"]
+
+
+def _logprob(value: Any) -> float:
+    """A logprob from a response; a missing, null or non-numeric one counts as impossible."""
+    try:
+        return float(value) if value is not None else -math.inf
+    except (TypeError, ValueError):
+        return -math.inf

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,13 +26,12 @@ import numpy as np
 from ..errors import ConflictError, InvalidItemError, StoreError, UnknownScopeError
 from ..types import Item, NewItem, StoreStats
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: client ids are unique per scope (1 had them unique across the whole store)."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS items (
+_ITEMS_COLUMNS = """
     rowid INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT NOT NULL,
     scope TEXT NOT NULL,
     seq INTEGER NOT NULL,
     session TEXT NOT NULL,
@@ -44,10 +43,18 @@ CREATE TABLE IF NOT EXISTS items (
     meta TEXT NOT NULL,
     tokens INTEGER NOT NULL,
     created_at REAL NOT NULL,
-    UNIQUE (scope, seq)
-);
-CREATE TRIGGER IF NOT EXISTS items_immutable BEFORE UPDATE ON items
-BEGIN SELECT RAISE(ABORT, 'items are immutable'); END;
+    UNIQUE (scope, seq),
+    UNIQUE (scope, id)
+"""
+_ITEM_FIELDS = ("id, scope, seq, session, speaker, role, kind, observed_at, text, meta, tokens, "
+                "created_at")
+_ITEMS_TRIGGER = """CREATE TRIGGER IF NOT EXISTS items_immutable BEFORE UPDATE ON items
+BEGIN SELECT RAISE(ABORT, 'items are immutable'); END;"""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items (""" + _ITEMS_COLUMNS + """);
+""" + _ITEMS_TRIGGER + """
 CREATE TABLE IF NOT EXISTS pieces (
     rowid INTEGER PRIMARY KEY,
     scope TEXT NOT NULL,
@@ -122,6 +129,15 @@ def validate_item(item: NewItem, index: int) -> None:
     for name in ("session", "speaker", "role", "kind", "observed_at"):
         if not isinstance(getattr(item, name), str):
             raise InvalidItemError(f"{where}: {name} must be a string")
+    for name in ("text", "session", "speaker", "role", "kind", "observed_at", "id"):
+        value = getattr(item, name)
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidItemError(f"{where}: {name} is not valid unicode (lone surrogate)") from None
+    if not isinstance(item.meta, Mapping):
+        raise InvalidItemError(f"{where}: meta must be a mapping, got {type(item.meta).__name__}")
     try:
         json.dumps(item.meta)
     except (TypeError, ValueError) as exc:
@@ -173,11 +189,13 @@ class SQLiteStore:
             self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            else:
                 self._retry(lambda: self._conn.execute("COMMIT"))
+            except BaseException:
+                # SQLite may already have rolled back (e.g. on a failed COMMIT); never leave a
+                # transaction open, or every later write would fail.
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
 
     def _migrate(self) -> None:
         # The whole schema is created in one immediate transaction, so two processes opening a
@@ -194,11 +212,33 @@ class SQLiteStore:
                     self._conn.execute("ROLLBACK")
                 raise
         version = self.schema_version
+        if version == 1:
+            self._migrate_v1()
+            version = self.schema_version
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"store {self.path} has schema version {version}, newer than this suffice "
                 f"({SCHEMA_VERSION}); upgrade suffice"
             )
+
+    def _migrate_v1(self) -> None:
+        """v1 -> v2: rebuild the items table so client ids are unique per scope, not globally."""
+        script = (
+            "BEGIN IMMEDIATE;\n"
+            f"CREATE TABLE items_v2 ({_ITEMS_COLUMNS});\n"
+            f"INSERT INTO items_v2 (rowid, {_ITEM_FIELDS}) SELECT rowid, {_ITEM_FIELDS} FROM items;\n"
+            "DROP TABLE items;\nALTER TABLE items_v2 RENAME TO items;\n"
+            f"{_ITEMS_TRIGGER}\n"
+            "CREATE INDEX IF NOT EXISTS items_scope_session ON items (scope, session);\n"
+            "UPDATE meta SET value = '2' WHERE key = 'schema_version' AND value = '1';\nCOMMIT;"
+        )
+        with self._lock:
+            try:
+                self._retry(lambda: self._conn.executescript(script))
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
 
     def close(self) -> None:
         with self._lock:
@@ -239,14 +279,14 @@ class SQLiteStore:
             for row in rows:
                 new = row.item
                 if new.id is not None:
-                    existing = c.execute("SELECT * FROM items WHERE id = ?", (new.id,)).fetchone()
+                    existing = c.execute("SELECT * FROM items WHERE scope = ? AND id = ?",
+                                         (scope, new.id)).fetchone()
                     if existing is not None:
                         stored = _row_to_item(existing)
-                        if (stored.scope, stored.text, stored.session, stored.speaker) != (
-                                scope, new.text, new.session, new.speaker):
+                        if _content(stored) != _content(new):
                             raise ConflictError(
-                                f"item id {new.id!r} is already stored with different content "
-                                f"(scope {stored.scope!r}); items are immutable"
+                                f"item id {new.id!r} is already stored in this scope with different "
+                                "content; items are immutable"
                             )
                         out.append(stored)
                         continue
@@ -266,6 +306,29 @@ class SQLiteStore:
                                np.asarray(row.embedding, dtype=np.float32).tobytes()))
                 out.append(Item(item_id, scope, seq, new.session, new.speaker, new.role, new.kind,
                                 new.observed_at, new.text, dict(new.meta), row.tokens))
+        return out
+
+    def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[bool]:
+        """For each item: True if its client id is already stored with the same content.
+
+        Raises ConflictError (before anything is written) if one is stored with other content,
+        so a multi-batch add can refuse the whole input up front.
+        """
+        out: list[bool] = []
+        ids = [it.id for it in items if it.id is not None]
+        stored: dict[str, Item] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for r in self._read(f"SELECT * FROM items WHERE scope = ? AND id IN ({marks})",
+                                (scope, *chunk)):
+                stored[r[1]] = _row_to_item(r)
+        for it in items:
+            old = stored.get(it.id) if it.id is not None else None
+            if old is not None and _content(old) != _content(it):
+                raise ConflictError(f"item id {it.id!r} is already stored in this scope with "
+                                    "different content; items are immutable")
+            out.append(old is not None)
         return out
 
     @staticmethod
@@ -321,9 +384,8 @@ class SQLiteStore:
 
     def require_scope(self, scope: str) -> None:
         if not self.has_scope(scope):
-            known = self.scopes()
-            hint = f"; known scopes: {', '.join(known[:10])}" if known else "; the store is empty"
-            raise UnknownScopeError(f"unknown scope {scope!r}{hint}")
+            # Other scopes are not named: they may belong to other tenants.
+            raise UnknownScopeError(f"unknown scope {scope!r}: it holds no items")
 
     def max_seq(self, scope: str) -> int:
         return int(self._read("SELECT COALESCE(MAX(seq), -1) FROM items WHERE scope = ?",
@@ -429,6 +491,12 @@ class SQLiteStore:
                                  f" {where})", params)[0]
         return StoreStats(items=int(n), scopes=int(nsc), sessions=int(nses), embedded=int(nemb),
                           tokens=int(ntok), schema_version=self.schema_version, path=self.path)
+
+
+def _content(item: Item | NewItem) -> tuple[str, ...]:
+    """Everything a client supplies about an item, for the idempotency check."""
+    return (item.text, item.session, item.speaker, item.role, item.kind, item.observed_at,
+            json.dumps(item.meta, ensure_ascii=False, sort_keys=True))
 
 
 def _row_to_item(r: Any) -> Item:
