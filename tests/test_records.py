@@ -138,3 +138,21 @@ def test_records_are_written_without_an_embedder_but_without_content_links(tmp_p
         mem.add(history_items(), scope="dana")
         assert mem.store.records("dana")
         assert mem.store.links("dana") == []
+
+
+def test_records_of_another_unit_size_are_not_shown_for_the_wrong_units(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    from suffice import NewItem
+    from suffice.records import scope_records
+    path = tmp_path / "m.db"
+    small = Memory(path, settings=Settings(unit_tokens=30), embedder=embedder)
+    small.add([NewItem(text=f"turn number {i} about the river gauge", session="s") for i in range(12)],
+              scope="x")
+    unit0 = small.store.records("x")[0]
+    assert unit0[0] == 0 and unit0[2] < 11  # a small first unit
+    small.close()
+    big = Memory(path, settings=Settings(unit_tokens=2000), embedder=embedder)
+    big.add(NewItem(text="a turn of a new session", session="t"), scope="x")
+    _, st = scope_records(big, "x")
+    first = big.retriever.index("x").views.units[0]
+    assert (first.first_seq, first.last_seq) == (0, 11)
+    assert st.texts[0] != unit0[3]  # the small unit's record is not shown for the big unit

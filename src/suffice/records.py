@@ -230,9 +230,17 @@ def _fold(st: ScopeRecords, idx: ScopeIndex) -> None:
     st.folded = int(seqs[-1]) + 1
 
 
-def _load(st: ScopeRecords, memory: Memory, scope: str) -> None:
-    """Pick up records and links written since the last look (by us or another process)."""
-    for unit, _first, _last, text, writer in memory.store.records(scope, after_unit=len(st.texts) - 1):
+def _load(st: ScopeRecords, memory: Memory, scope: str, units: Sequence[Unit]) -> None:
+    """Pick up records and links written since the last look (by us or another process).
+
+    Reading starts at the first unit we hold no record for, so a record another writer stored
+    first is not skipped. A stored record whose item span differs from the unit's (the store
+    was written with another unit size) is ignored; the rule stands in for it.
+    """
+    first_missing = next((i for i, t in enumerate(st.texts) if t is None), len(st.texts))
+    for unit, first, last, text, writer in memory.store.records(scope, after_unit=first_missing - 1):
+        if unit < len(units) and (units[unit].first_seq, units[unit].last_seq) != (first, last):
+            continue
         _set_record(st, unit, text, writer, count_tokens(record_line(text)))
     for src, dst, kind, weight in memory.store.links(scope, after_src=st.links_upto):
         if kind == "content":
@@ -258,7 +266,7 @@ def scope_records(memory: Memory, scope: str) -> tuple[ScopeIndex, ScopeRecords]
             st = idx.caches[_CACHE_KEY] = ScopeRecords()
     with st.lock:
         _fold(st, idx)
-        _load(st, memory, scope)
+        _load(st, memory, scope, idx.views.units)
     return idx, st
 
 
@@ -319,7 +327,7 @@ def write_new_records(memory: Memory, scope: str, writer: RecordWriter | None = 
                 with st.lock:
                     _set_record(st, u.index, text, who, count_tokens(record_line(text)))
     with st.lock:
-        _load(st, memory, scope)
+        _load(st, memory, scope, idx.views.units)
     return written
 
 
