@@ -204,13 +204,7 @@ class SQLiteStore:
             "\nCREATE INDEX IF NOT EXISTS items_scope_session ON items (scope, session);"
             f"\nINSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');\nCOMMIT;"
         )
-        with self._lock:
-            try:
-                self._retry(lambda: self._conn.executescript(script))
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
+        self._run_script(script)
         version = self.schema_version
         if version == 1:
             self._migrate_v1()
@@ -232,6 +226,10 @@ class SQLiteStore:
             "CREATE INDEX IF NOT EXISTS items_scope_session ON items (scope, session);\n"
             "UPDATE meta SET value = '2' WHERE key = 'schema_version' AND value = '1';\nCOMMIT;"
         )
+        self._run_script(script)
+
+    def _run_script(self, script: str) -> None:
+        """Run a schema script (its own BEGIN IMMEDIATE ... COMMIT), rolled back on failure."""
         with self._lock:
             try:
                 self._retry(lambda: self._conn.executescript(script))
