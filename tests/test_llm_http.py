@@ -177,6 +177,16 @@ def test_persistent_503_gives_up_with_status() -> None:
     assert ledger.records[0].ok is False
 
 
+def test_retries_stop_at_one_deadline_for_the_whole_call() -> None:
+    with FakeOpenAI([Reply(503, "overloaded")]) as srv:
+        llm = OpenAIHTTP(srv.base_url, model="m", timeout=0.5, retries=50, backoff=0.2)
+        t0 = time.perf_counter()
+        with pytest.raises(ProviderError, match="deadline"):
+            llm.chat(Q)
+        assert time.perf_counter() - t0 < 1.5  # 2 x timeout, not 50 retries of back-off
+        assert 1 < len(srv.requests) < 10
+
+
 def test_400_is_not_retried_and_shows_server_message() -> None:
     with FakeOpenAI([Reply(400, {"error": {"message": "context length exceeded"}})]) as srv:
         with pytest.raises(ProviderError, match="HTTP 400: context length exceeded") as err:

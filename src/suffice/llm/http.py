@@ -66,6 +66,9 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+MAX_BACKOFF_S = 8.0
+"""Longest pause between two attempts, whatever the back-off doubling reaches."""
+
 class OpenAIHTTP:
     """Chat completions and next-token choice probabilities from an OpenAI-compatible server.
 
@@ -139,7 +142,7 @@ class OpenAIHTTP:
     # -- transport ------------------------------------------------------------------------
 
     def _delay(self, attempt: int, hinted: float | None) -> float:
-        base = self.backoff * (2.0**attempt)
+        base = min(self.backoff * (2.0**attempt), MAX_BACKOFF_S)
         if hinted is not None:
             base = max(base, hinted)
         return base * (1.0 + 0.1 * random.random())  # jitter: spread retries of many threads
@@ -148,6 +151,9 @@ class OpenAIHTTP:
         """POST to /chat/completions, retrying what may succeed later; the decoded JSON body."""
         url = self.chat_url
         attempts = self.retries + 1
+        # One deadline for the whole call, retries included, so a flaky server cannot hold a
+        # query for retries x timeout plus every back-off.
+        deadline = time.monotonic() + 2 * self.timeout
         for attempt in range(attempts):
             hinted: float | None = None
             try:
@@ -194,7 +200,12 @@ class OpenAIHTTP:
                         status=err.status,
                     )
                 raise err
-            time.sleep(self._delay(attempt, hinted))
+            delay = self._delay(attempt, hinted)
+            if time.monotonic() + delay >= deadline:
+                raise ProviderError(f"{err} (gave up after {attempt + 1} attempt(s): the call's "
+                                    f"deadline of {2 * self.timeout:g} s would pass)",
+                                    endpoint=err.endpoint, status=err.status)
+            time.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _decode(self, resp: httpx.Response) -> dict[str, Any]:
