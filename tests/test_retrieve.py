@@ -119,3 +119,18 @@ def test_a_search_never_returns_an_item_the_views_have_not_seen(memory):
     store.bm25 = racing_bm25
     ev = memory.search("apples pears", scope="dana", method="bm25")
     assert all(h.seq < 31 for h in ev.hits)
+
+
+def test_vectors_grow_in_place_and_old_views_stay_intact():
+    from suffice import Settings
+    from suffice.retrieve import ScopeIndex
+    from suffice.views import ScopeViews
+    idx = ScopeIndex(ScopeViews(Settings()))
+    rows = np.eye(4, dtype=np.float32)
+    idx.append_vectors(np.arange(2), rows[:2])
+    before = idx.matrix
+    buffer = idx.buffer
+    idx.append_vectors(np.arange(2, 4), rows[2:])
+    assert idx.buffer is buffer  # no copy while capacity lasts
+    assert np.array_equal(idx.matrix, rows) and list(idx.seqs) == [0, 1, 2, 3]
+    assert np.array_equal(before, rows[:2])

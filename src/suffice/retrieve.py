@@ -35,6 +35,25 @@ class ScopeIndex:
     lock: threading.Lock = field(default_factory=threading.Lock)
     caches: dict[str, Any] = field(default_factory=dict)
     """Per-scope state of higher layers (e.g. records' unit vectors), kept as long as the index."""
+    buffer: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    """Storage behind ``matrix`` with room to grow: ``matrix`` is a view of its first rows."""
+
+    def append_vectors(self, seqs: np.ndarray, mat: np.ndarray) -> None:
+        """Add rows; capacity doubles, so adding one item at a time costs O(1) amortised.
+
+        Rows are written past the current view before the view is widened, so a reader holding
+        the old ``matrix`` never sees a half-written row.
+        """
+        n, k = self.matrix.shape[0], mat.shape[0]
+        if self.buffer.shape[0] < n + k or self.buffer.shape[1:] != mat.shape[1:]:
+            grown = np.empty((max(n + k, 2 * self.buffer.shape[0], 1024), mat.shape[1]),
+                             dtype=np.float32)
+            if n:
+                grown[:n] = self.matrix
+            self.buffer = grown
+        self.buffer[n:n + k] = mat
+        self.seqs = np.concatenate([self.seqs, seqs])
+        self.matrix = self.buffer[:n + k]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +98,7 @@ class Retriever:
                     keep = seqs < idx.views.size
                     seqs, mat = seqs[keep], mat[keep]
                     if seqs.size:
-                        idx.seqs = np.concatenate([idx.seqs, seqs])
-                        idx.matrix = mat if idx.matrix.size == 0 else np.vstack([idx.matrix, mat])
+                        idx.append_vectors(seqs, mat)
         return idx
 
     def _ensure_embedded(self, scope: str) -> None:
