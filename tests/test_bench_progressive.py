@@ -35,3 +35,13 @@ def test_auto_takes_fast_at_or_above_tau_and_adds_router_time(tmp_path):
     assert auto["t_e2e_ms"] == pytest.approx((1000 + 100 + 5000 + 100) / 2)
     assert s["rows"]["auto[r] tau=0.95"]["early_rate"] == 0.0
     assert s["auc"]["r"]["fast_correct_f1>=0.5"] == 1.0
+
+
+def test_the_plot_draws_one_line_per_router(tmp_path):
+    pytest.importorskip("matplotlib")
+    from suffice.bench.progressive import plot
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps(_rec("a", 1.0, 1.0, 0.9)) + "\n")
+    png = tmp_path / "p.png"
+    plot(summarize(path, taus=(0.5,)), png)
+    assert png.stat().st_size > 1000

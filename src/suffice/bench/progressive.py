@@ -156,7 +156,7 @@ def plot(s: dict[str, Any], png: Path) -> None:
     rows = s["rows"]
     for name in ("fast", "deep"):
         ax.scatter(rows[name]["t_e2e_ms"] / 1e3, rows[name]["f1"], s=60, label=name, zorder=3)
-    routers_seen = sorted({k.split("]")[0][6:] for k in rows if k.startswith("auto[")})
+    routers_seen = sorted({k[len("auto["):k.index("]")] for k in rows if k.startswith("auto[")})
     for rt in routers_seen:
         pts = sorted((float(k.split("tau=")[1]), v) for k, v in rows.items()
                      if k.startswith(f"auto[{rt}]"))
