@@ -128,6 +128,21 @@ def count_message_tokens(messages: Sequence[Message]) -> int:
     return sum(count_text_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
 
+def record_call(ledger: Ledger | None, *, model: str, price: Price, stage: str, n_in: int,
+                n_out: int, latency_ms: float, error: str | None = None,
+                usage_counted: bool = False) -> CallRecord:
+    """Build the record of one call, priced, and add it to ``ledger``: every backend's bookkeeping.
+
+    ``error`` is None for a successful call, else the failure's text.
+    """
+    rec = CallRecord(model=model, stage=stage, input_tokens=n_in, output_tokens=n_out,
+                     latency_ms=latency_ms, cost_usd=price.cost(n_in, n_out), ok=error is None,
+                     error=error or "", usage_counted=usage_counted)
+    if ledger is not None:
+        ledger.add(rec)
+    return rec
+
+
 @runtime_checkable
 class LLM(Protocol):
     """A chat model. Implementations: HTTP (OpenAI-compatible), local llama.cpp, scripted."""

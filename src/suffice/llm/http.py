@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from ..errors import ConfigError, ProviderError
-from .base import CallRecord, Completion, Ledger, Message, Price, count_message_tokens
+from .base import CallRecord, Completion, Ledger, Message, Price, count_message_tokens, record_call
 from .base import count_text_tokens as _count
 from .pricing import price_for
 
@@ -257,20 +257,9 @@ class OpenAIHTTP:
         t1: float | None = None,
     ) -> CallRecord:
         n_in, n_out, counted = tokens
-        rec = CallRecord(
-            model=self.model,
-            stage=stage,
-            input_tokens=n_in,
-            output_tokens=n_out,
-            latency_ms=((t1 or time.perf_counter()) - t0) * 1000.0,
-            cost_usd=self.price.cost(n_in, n_out),
-            ok=error is None,
-            error="" if error is None else str(error),
-            usage_counted=counted,
-        )
-        if ledger is not None:
-            ledger.add(rec)
-        return rec
+        return record_call(ledger, model=self.model, price=self.price, stage=stage, n_in=n_in,
+                           n_out=n_out, latency_ms=((t1 or time.perf_counter()) - t0) * 1000.0,
+                           error=None if error is None else str(error), usage_counted=counted)
 
     # -- the LLM protocol -----------------------------------------------------------------
 

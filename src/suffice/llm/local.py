@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MissingExtraError, ProviderError
-from .base import CallRecord, Completion, Ledger, Message, Price
+from .base import CallRecord, Completion, Ledger, Message, Price, record_call
 from .models import model_name, resolve_model
 from .pricing import price_for
 
@@ -121,19 +121,9 @@ class LocalLlama:
         self, ledger: Ledger | None, stage: str, t0: float, n_in: int = 0, n_out: int = 0,
         error: ProviderError | None = None,
     ) -> CallRecord:
-        rec = CallRecord(
-            model=self.model,
-            stage=stage,
-            input_tokens=n_in,
-            output_tokens=n_out,
-            latency_ms=(time.perf_counter() - t0) * 1000.0,
-            cost_usd=self.price.cost(n_in, n_out),
-            ok=error is None,
-            error="" if error is None else str(error),
-        )
-        if ledger is not None:
-            ledger.add(rec)
-        return rec
+        return record_call(ledger, model=self.model, price=self.price, stage=stage, n_in=n_in,
+                           n_out=n_out, latency_ms=(time.perf_counter() - t0) * 1000.0,
+                           error=None if error is None else str(error))
 
     def chat(
         self,

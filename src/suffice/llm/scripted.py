@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import ProviderError
-from .base import CallRecord, Completion, Ledger, Message, Price, count_message_tokens
+from .base import CallRecord, Completion, Ledger, Message, Price, count_message_tokens, record_call
 from .base import count_text_tokens as _count
 
 Output = str | BaseException
@@ -68,20 +68,10 @@ class ScriptedLLM:
         self, ledger: Ledger | None, stage: str, n_in: int, n_out: int, latency_s: float,
         error: BaseException | None = None,
     ) -> CallRecord:
-        rec = CallRecord(
-            model=self.model,
-            stage=stage,
-            input_tokens=n_in,
-            output_tokens=n_out,
-            latency_ms=latency_s * 1000.0,
-            cost_usd=self.price.cost(n_in, n_out),
-            ok=error is None,
-            error="" if error is None else f"{type(error).__name__}: {error}",
-            usage_counted=True,
-        )
-        if ledger is not None:
-            ledger.add(rec)
-        return rec
+        return record_call(ledger, model=self.model, price=self.price, stage=stage, n_in=n_in,
+                           n_out=n_out, latency_ms=latency_s * 1000.0,
+                           error=None if error is None else f"{type(error).__name__}: {error}",
+                           usage_counted=True)
 
     def chat(
         self,
