@@ -24,22 +24,15 @@ from prefix_scale import PYPI_LIST, corpus, queries
 from suffice import Memory, NewItem
 from suffice.bench.report import envelope, percentile, write_json
 from suffice.render import render_context
-from suffice.tokens import count_tokens
+from suffice.tokens import count_tokens, fill_in_order
 
 
 def prefix_fill(mem: Memory, scope: str, query: str, budget: int) -> str:
     """The fused prefix, deep enough to fill ``budget``, greedily packed as item lines."""
     ev = mem.retriever.prefix(scope, query, k=max(100, budget // 16))
     by_seq = {it.seq: it for it in ev.items}
-    lines: list[str] = []
-    used = 0
-    for hit in ev.hits:
-        line = by_seq[hit.seq].render()
-        c = count_tokens(line) + 1
-        if used + c <= budget:
-            lines.append(line)
-            used += c
-    return "\n".join(lines)
+    lines = [by_seq[hit.seq].render() for hit in ev.hits]
+    return "\n".join(lines[i] for i in fill_in_order((count_tokens(x) + 1 for x in lines), budget))
 
 
 def build(n: int, workdir: Path) -> tuple[Memory, list[str], float]:

@@ -89,3 +89,22 @@ def test_import_locomo_small_file(db, tmp_path):
     assert r.exit_code == 0, r.output
     r = run("--db", db, "search", "mountain photo", "-s", "c1", "--json")
     assert "a mountain" in json.loads(r.output)["context"]
+
+
+def test_import_locomo_takes_a_file_or_loaded_conversations(tmp_path):
+    """Both routes store the same items, and importing twice adds nothing."""
+    from suffice import Memory
+    from suffice.datasets.locomo import load_locomo
+
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps([{"sample_id": "c1", "conversation": {
+        "speaker_a": "A", "speaker_b": "B", "session_1_date_time": "1 May 2023",
+        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "I love hiking."},
+                      {"speaker": "B", "dia_id": "D1:2", "text": "Me too."}]}, "qa": []}]))
+    by_file = Memory(tmp_path / "a.db", embedder=None)
+    by_convs = Memory(tmp_path / "b.db", embedder=None)
+    assert by_file.import_locomo(f) == {"c1": 2}
+    assert by_convs.import_locomo(load_locomo(f)) == {"c1": 2}
+    assert [it.text for it in by_file.items("c1")] == [it.text for it in by_convs.items("c1")]
+    by_file.import_locomo(f)
+    assert by_file.stats().items == 2

@@ -125,6 +125,9 @@ def test_failing_block_agents_fall_back_to_the_fast_path(memory):
     assert ans.text == "Figo" and r.path == "fast" and r.degraded
     assert any("agent failed" in n for n in r.notes)
     assert sum(r.stages_ms.values()) <= r.t_e2e_ms
+    # The blocks that were tried stay on the receipt, each with its failure.
+    assert r.blocks and all(not b.ok and "HTTP 500" in b.error for b in r.blocks)
+    assert sum(c.stage == "block_agent" for c in r.calls) == len(r.blocks)
 
 
 def test_blocks_are_anchors_plus_neighbours_capped(memory):

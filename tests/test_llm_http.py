@@ -203,6 +203,39 @@ def test_malformed_json_body() -> None:
     assert err.value.endpoint.endswith("/chat/completions")
 
 
+def test_a_2xx_reply_that_cannot_be_used_is_still_billed() -> None:
+    """The server charged for the prompt even though the body was unusable."""
+    price = Price(input_per_m=1_000_000.0, output_per_m=0.0)  # $1 per input token
+    body = chat_body("The")  # usage: 11 prompt tokens, 3 completion tokens
+    body["choices"][0]["logprobs"] = {"content": [{"token": "The", "logprob": -0.1,
+                                                   "top_logprobs": [{"token": "The", "logprob": -0.1}]}]}
+    with FakeOpenAI([Reply(body=body)]) as srv:
+        ledger = Ledger()
+        with pytest.raises(ProviderError):
+            fast(srv.base_url, prices=price).choice_probs(Q, YES_NO, ledger=ledger)
+    rec = ledger.records[0]
+    assert (rec.ok, rec.input_tokens, rec.output_tokens, rec.usage_counted) == (False, 11, 3, False)
+    assert rec.cost_usd == pytest.approx(11.0)
+
+    with FakeOpenAI([Reply(200, b"{not json")]) as srv:  # no usage to read: count the prompt
+        ledger = Ledger()
+        with pytest.raises(ProviderError):
+            fast(srv.base_url, prices=price).chat(Q, ledger=ledger)
+    rec = ledger.records[0]
+    assert rec.ok is False and rec.usage_counted is True
+    assert rec.input_tokens > 0 and rec.output_tokens == 0
+    assert rec.cost_usd == pytest.approx(rec.input_tokens)
+
+
+def test_a_refused_call_costs_nothing() -> None:
+    with FakeOpenAI([Reply(400, {"error": {"message": "bad request"}})]) as srv:
+        ledger = Ledger()
+        with pytest.raises(ProviderError):
+            fast(srv.base_url).chat(Q, ledger=ledger)
+    rec = ledger.records[0]
+    assert (rec.ok, rec.input_tokens, rec.output_tokens, rec.cost_usd) == (False, 0, 0, 0.0)
+
+
 def test_missing_choices() -> None:
     with FakeOpenAI([Reply(200, {"object": "chat.completion", "choices": []})]) as srv:
         with pytest.raises(ProviderError, match="no choices"):

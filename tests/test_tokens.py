@@ -39,3 +39,14 @@ def test_truncate_never_exceeds(n):
     cut = tokens.truncate(TEXT, n)
     assert tokens.count_tokens(cut) <= n
     assert TEXT.startswith(cut) or n == 0
+
+
+def test_fill_in_order_skips_what_does_not_fit_and_keeps_going() -> None:
+    from suffice.tokens import fill_in_order
+
+    assert fill_in_order([4, 7, 3, 2], 9) == [0, 2, 3]  # 7 is skipped, later ones still fit
+    assert fill_in_order([4, 7, 3, 2], 0) == []
+    assert fill_in_order([], 10) == []
+    # min_cost ends the scan once nothing can fit; the answer is the same, only cheaper.
+    assert fill_in_order([5, 5, 1], 10, min_cost=1) == [0, 1]
+    assert fill_in_order(iter([2, 2, 2]), 5) == [0, 1]

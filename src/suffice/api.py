@@ -25,6 +25,7 @@ from .types import Context, Evidence, Item, NewItem, RenderMode, StoreStats
 from .views import piece_spans
 
 if TYPE_CHECKING:
+    from .datasets.locomo import LocomoConversation
     from .engine import Answer, Mode
     from .records import RecordWriter
 
@@ -222,12 +223,17 @@ class Memory:
             self.store.require_scope(scope)
         return self.store.stats(scope, embed_model=self.embedder.name if self.embedder else "")
 
-    def import_locomo(self, path: str | Path | None = None,
+    def import_locomo(self, source: str | Path | Sequence[LocomoConversation] | None = None,
                       progress: Progress | None = None) -> dict[str, int]:
-        """Import a LoCoMo file, one scope per conversation; re-importing adds nothing."""
+        """Import LoCoMo, one scope per conversation; re-importing adds nothing.
+
+        ``source`` is a file (default: the shared copy) or conversations already loaded with
+        :func:`suffice.datasets.locomo.load_locomo`, e.g. to size a progress bar first.
+        """
         from .datasets.locomo import load_locomo
 
-        convs = load_locomo(path)  # parses and validates the whole file before any write
+        # A file is parsed and validated whole before any write.
+        convs = load_locomo(source) if source is None or isinstance(source, (str, Path)) else source
         counts = {}
         for conv in convs:
             counts[conv.scope] = len(self.add(list(conv.items), scope=conv.scope, progress=progress))

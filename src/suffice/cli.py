@@ -124,9 +124,7 @@ def import_locomo(
         mem = open_memory(db)
         t0 = time.perf_counter()
         with progress_bar("importing", total) as advance:
-            counts = {}
-            for conv in convs:
-                counts[conv.scope] = len(mem.add(list(conv.items), scope=conv.scope, progress=advance))
+            counts = mem.import_locomo(convs, progress=advance)
         dt = time.perf_counter() - t0
         out.print(f"imported {sum(counts.values())} items in {len(counts)} scopes "
                   f"({dt:.1f} s, {sum(counts.values()) / max(dt, 1e-9):.0f} items/s) into {mem.path}")

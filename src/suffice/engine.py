@@ -21,7 +21,7 @@ from .llm.base import LLM, CallRecord, Ledger, Message
 from .llm.parse import extract_answer
 from .prompts import Style, aggregate_messages, answer_messages, choose_style, deep_context
 from .route.sufficiency import RouterDecision, SufficiencyRouter
-from .tokens import count_tokens
+from .tokens import count_tokens, fill_in_order
 from .types import ContextPart, Evidence, Hit, Item
 
 if TYPE_CHECKING:
@@ -129,14 +129,8 @@ class Engine:
             return ctx.text, ctx.parts, evidence.hits
         cap = int(self.memory.settings.prompt_cap * budget)
         by_seq = {it.seq: it for it in evidence.items}
-        chosen: list[tuple[Hit, Item, int]] = []
-        used = 0
-        for h in evidence.hits:
-            it = by_seq[h.seq]
-            n = count_tokens(it.render()) + 1
-            if used + n <= cap:
-                chosen.append((h, it, n))
-                used += n
+        ranked = [(h, by_seq[h.seq], count_tokens(by_seq[h.seq].render()) + 1) for h in evidence.hits]
+        chosen = [ranked[i] for i in fill_in_order((n for _, _, n in ranked), cap)]
         chosen.sort(key=lambda x: x[1].seq)
         text = "\n".join(it.render() for _, it, _ in chosen)
         parts = tuple(ContextPart("raw", h.unit, (it.seq,), n, f"prefix rank {h.rank + 1}", h.score)
@@ -179,13 +173,13 @@ class Engine:
         blocks: tuple[BlockReceipt, ...] = ()
         degraded = False
         if path == "deep":
-            result = self._deep(question, scope, evidence, ranked, budget, style, ledger, stages,
-                                notes)
+            result, blocks = self._deep(question, scope, evidence, ranked, budget, style, ledger,
+                                        stages, notes)
             if result is None:  # every agent failed or nothing relevant: fall back to the prefix
-                path = "fast"
+                path = "fast"  # the blocks stay on the receipt: they were read and paid for
                 degraded = True
             else:
-                text, blocks, parts, context_tokens = result
+                text, parts, context_tokens = result
                 t_mem = sum(v for k, v in stages.items() if k != "aggregate")
                 return self._finish(question, scope, mode, "deep", text, evidence, parts,
                                     context_tokens, ledger, stages, t0, t_mem, decision, tau,
@@ -221,7 +215,9 @@ class Engine:
     def _deep(self, question: str, scope: str, evidence: Evidence, ranked: Evidence,
               budget: int, style: Style,
               ledger: Ledger, stages: dict[str, float], notes: list[str]
-              ) -> tuple[str, tuple[BlockReceipt, ...], tuple[ContextPart, ...], int] | None:
+              ) -> tuple[tuple[str, tuple[ContextPart, ...], int] | None, tuple[BlockReceipt, ...]]:
+        """(answer, parts, context tokens) or None when the deep path cannot answer; and the
+        receipts of the blocks it read either way."""
         s = self.memory.settings
         t = time.perf_counter()
         views = self.memory.retriever.index(scope).views
@@ -244,7 +240,7 @@ class Engine:
         relevant = [n for n in agent_notes if n.relevant]
         if not relevant:
             notes.append("no block agent returned relevant notes; answered from the prefix")
-            return None
+            return None, receipts
         cap = int(s.prompt_cap * budget)
         body = notes_text(agent_notes, cap // 2)
         t = time.perf_counter()
@@ -266,11 +262,11 @@ class Engine:
         stages["aggregate"] = _ms(t)
         if not ok:
             notes.append(f"aggregation failed ({text}); answered from the prefix")
-            return None
+            return None, receipts
         parts = tuple(ContextPart("notice", None, tuple(range(n.first_seq, n.last_seq + 1)),
                                   count_tokens(n.notes), f"notes of block {n.block}")
                       for n in relevant)
-        return text, receipts, parts, count_tokens(body)
+        return (text, parts, count_tokens(body)), receipts
 
     def _finish(self, question: str, scope: str, mode: str, path: Path, text: str,
                 evidence: Evidence, parts: Sequence[ContextPart], context_tokens: int,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 
@@ -86,3 +87,21 @@ def truncate(text: str, max_tokens: int) -> str:
         return text
     # Cut on a character edge too: a token boundary can fall inside a UTF-8 character.
     return encoding().decode_bytes(ids[:max_tokens]).decode("utf-8", "ignore")
+
+
+def fill_in_order(costs: Iterable[int], budget: int, *, min_cost: int = 0) -> list[int]:
+    """Indices of ``costs`` taken in order while they fit within ``budget``.
+
+    The baseline packing every context builder compares against: an entry too large for what
+    is left is skipped, not a stop. With ``min_cost`` (the smallest cost that can appear) the
+    scan ends as soon as nothing more can fit, which matters for rankings of a whole scope.
+    """
+    taken: list[int] = []
+    used = 0
+    for i, c in enumerate(costs):
+        if used + c <= budget:
+            taken.append(i)
+            used += c
+            if budget - used < min_cost:
+                break
+    return taken

@@ -17,7 +17,7 @@ from typing import Any
 from ..api import Memory
 from ..datasets.locomo import LocomoConversation, load_locomo
 from ..retrieve import Method
-from ..tokens import count_tokens
+from ..tokens import count_tokens, fill_in_order
 
 METHODS: tuple[Method, ...] = ("bm25", "dense", "fused", "recency")
 KS = (5, 10, 20)
@@ -51,18 +51,9 @@ class Tally:
 
 
 def fill(ranking: Sequence[int], cost: Sequence[int], budget: int) -> set[int]:
-    """Items taken in ranking order while they fit; an item too large is skipped, not a stop."""
-    chosen: set[int] = set()
-    used = 0
-    smallest = min(cost) if cost else 0
-    for seq in ranking:
-        c = cost[seq]
-        if used + c <= budget:
-            chosen.add(seq)
-            used += c
-            if budget - used < smallest:
-                break
-    return chosen
+    """Items of ``ranking`` taken in order while they fit (``cost`` is indexed by seq)."""
+    taken = fill_in_order((cost[seq] for seq in ranking), budget, min_cost=min(cost, default=0))
+    return {ranking[i] for i in taken}
 
 
 def run(mem: Memory, convs: Sequence[LocomoConversation],

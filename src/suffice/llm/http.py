@@ -247,6 +247,17 @@ class OpenAIHTTP:
                 return n_in, n_out, False
         return count_message_tokens(messages), _count(text), True
 
+    def _billed(self, exc: ProviderError, data: dict[str, Any],
+                messages: Sequence[Message]) -> tuple[int, int, bool]:
+        """Tokens of a failed call: none unless the server answered 2xx, which it bills.
+
+        A 2xx reply we could not use still cost its prompt: take the server's usage when the
+        body had one, else count the prompt here (the output is unknown and counted as 0).
+        """
+        if exc.status is None or not 200 <= exc.status < 300:
+            return 0, 0, False
+        return self._usage(data, messages, "")
+
     def _record(
         self,
         ledger: Ledger | None,
@@ -282,6 +293,7 @@ class OpenAIHTTP:
         }
         if stop:
             payload["stop"] = list(stop)
+        data: dict[str, Any] = {}
         try:
             data = self._post(payload)
             choice = data["choices"][0]
@@ -303,7 +315,7 @@ class OpenAIHTTP:
                     status=200,
                 )
         except ProviderError as exc:
-            self._record(ledger, stage, t0, error=exc)
+            self._record(ledger, stage, t0, self._billed(exc, data, messages), error=exc)
             raise
         t1 = time.perf_counter()
         rec = self._record(ledger, stage, t0, self._usage(data, messages, text), t1=t1)
@@ -331,6 +343,7 @@ class OpenAIHTTP:
             "logprobs": True,
             "top_logprobs": TOP_LOGPROBS,
         }
+        data: dict[str, Any] = {}
         try:
             data = self._post(payload)
             top = self._top_logprobs(data["choices"][0])
@@ -344,7 +357,7 @@ class OpenAIHTTP:
                     status=200,
                 )
         except ProviderError as exc:
-            self._record(ledger, stage, t0, error=exc)
+            self._record(ledger, stage, t0, self._billed(exc, data, messages), error=exc)
             raise
         t1 = time.perf_counter()
         text = top[0][0] if top else ""
