@@ -45,3 +45,39 @@ def test_the_plot_draws_one_line_per_router(tmp_path):
     png = tmp_path / "p.png"
     plot(summarize(path, taus=(0.5,)), png)
     assert png.stat().st_size > 1000
+
+
+def test_acceptance_names_a_routed_run_and_not_just_the_fast_path(tmp_path):
+    # Deep wins question b by far; the router sends exactly b deep at tau=0.5.
+    path = tmp_path / "p.jsonl"
+    recs = [_rec(str(i), 1.0, 1.0, 0.9) for i in range(8)] + [_rec("b", 0.0, 1.0, 0.2)]
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    s = summarize(path, taus=(0.1, 0.5, 0.95))
+    acc = s["acceptance"]["r"]
+    # tau=0.1 is the fast path (loses 11 F1); tau=0.95 is deep plus router time (not faster).
+    assert acc["passed"] and acc["best"] == acc["routed"] == "auto[r] tau=0.5"
+    assert s["rows"]["oracle (best path per question)"]["f1"] == 100.0
+    deep_vs_fast = next(c for c in s["compare"] if (c["a"], c["b"]) == ("deep", "fast"))
+    assert deep_vs_fast["f1_diff"] == pytest.approx(100 / 9)
+    lo, hi = deep_vs_fast["ci95"]
+    assert 0.0 <= lo <= deep_vs_fast["f1_diff"] <= hi
+
+
+def test_acceptance_reports_how_far_off_a_failing_router_is(tmp_path):
+    # The router's scores are backwards: it stops early exactly where deep was needed.
+    path = tmp_path / "p.jsonl"
+    recs = [_rec(str(i), 1.0, 1.0, 0.2) for i in range(3)] + [_rec("b", 0.0, 1.0, 0.9)]
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    acc = summarize(path, taus=(0.5, 0.95))["acceptance"]["r"]
+    assert not acc["passed"] and acc["best"] is None
+    assert acc["closest_in_time"] is None  # nothing is 20% faster than deep
+    assert acc["closest_in_f1"]["run"] == "auto[r] tau=0.95"
+
+
+def test_paired_bootstrap_brackets_the_mean_difference():
+    from suffice.bench.report import paired_bootstrap
+    diff, lo, hi = paired_bootstrap([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0])
+    assert diff == pytest.approx(1.5) and lo <= diff <= hi and lo >= 0.0
+    assert paired_bootstrap([2.0] * 5, [1.0] * 5) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError):
+        paired_bootstrap([1.0], [1.0, 2.0])

@@ -23,7 +23,7 @@ from ..route.sufficiency import LMRouter, ScoreRouter, SufficiencyRouter
 from .judge import judge
 from .metrics import score_locomo
 from .qa import QAItem, load_done, open_append, read_results, receipt_summary
-from .report import markdown_table
+from .report import markdown_table, paired_bootstrap
 
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -108,20 +108,40 @@ def _row(recs: list[dict[str, Any]], pick: Pick) -> dict[str, float | None]:
             "tokens": tokens / n, "cost_usd": cost}
 
 
+def _auto_pick(name: str, tau: float) -> Pick:
+    def pick(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool]:
+        d = r["routers"][name]
+        early = d["ok"] and d["score"] >= tau
+        return (r["fast"] if early else r["deep"]), d["ms"], d["cost_usd"], early
+    return pick
+
+
+def _oracle(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool]:
+    """The best of the two paths per question (fast on a tie): what a perfect router earns."""
+    early = r["fast"]["f1"] >= r["deep"]["f1"]
+    return (r["fast"] if early else r["deep"]), 0.0, 0.0, early
+
+
+ORACLE = "oracle (best path per question)"
+MAX_F1_LOSS = 2.0
+"""Acceptance: auto may lose at most this many F1 points against deep ..."""
+MIN_SPEEDUP = 0.2
+"""... while its mean T_e2e is at least this fraction below deep's."""
+
+
 def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = None) -> dict[str, Any]:
     recs = [r for r in read_results(path) if keys is None or r["key"] in keys]
-    out: dict[str, Any] = {"n": len(recs), "rows": {}, "auc": {}}
-    out["rows"]["fast"] = _row(recs, lambda r: (r["fast"], 0.0, 0.0, True))
-    out["rows"]["deep"] = _row(recs, lambda r: (r["deep"], 0.0, 0.0, False))
+    out: dict[str, Any] = {"n": len(recs), "rows": {}, "auc": {}, "compare": [], "acceptance": {}}
+    picks: dict[str, Pick] = {"fast": lambda r: (r["fast"], 0.0, 0.0, True),
+                              "deep": lambda r: (r["deep"], 0.0, 0.0, False)}
     names = sorted({n for r in recs for n in r["routers"]})
     for name in names:
         for tau in taus:
-            def pick(r: dict[str, Any], name: str = name, tau: float = tau
-                     ) -> tuple[dict[str, Any], float, float, bool]:
-                d = r["routers"][name]
-                early = d["ok"] and d["score"] >= tau
-                return (r["fast"] if early else r["deep"]), d["ms"], d["cost_usd"], early
-            out["rows"][f"auto[{name}] tau={tau}"] = _row(recs, pick)
+            picks[f"auto[{name}] tau={tau}"] = _auto_pick(name, tau)
+    picks[ORACLE] = _oracle
+    for run_name, pick in picks.items():
+        out["rows"][run_name] = _row(recs, pick)
+    for name in names:
         scores = [r["routers"][name]["score"] for r in recs]
         out["auc"][name] = {
             "fast_correct_f1>=0.5": auc(scores, [r["fast"]["f1"] >= 0.5 for r in recs]),
@@ -130,7 +150,57 @@ def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = 
                 if any(r["fast"].get("judge") is not None for r in recs) else None),
             "prefix_has_all_gold": auc(scores, [r["prefix_has_all_gold"] for r in recs]),
         }
+
+    def f1s(pick: Pick) -> list[float]:
+        return [100 * pick(r)[0]["f1"] for r in recs]
+
+    def compare(a: str, b: str) -> None:
+        diff, lo, hi = paired_bootstrap(f1s(picks[a]), f1s(picks[b]))
+        out["compare"].append({"a": a, "b": b, "f1_diff": diff, "ci95": [lo, hi]})
+
+    if recs:
+        compare("deep", "fast")
+        deep = out["rows"]["deep"]
+        for name in names:
+            runs = {k: v for k, v in out["rows"].items() if k.startswith(f"auto[{name}]")}
+            out["acceptance"][name] = acceptance(runs, deep)
+            acc = out["acceptance"][name]
+            for run_name in dict.fromkeys((acc["best"], acc["routed"])):
+                if run_name:
+                    compare(run_name, "deep")
     return out
+
+
+def acceptance(runs: dict[str, dict[str, Any]], deep: dict[str, Any]) -> dict[str, Any]:
+    """Does some tau meet the target (>= 20% faster than deep, <= 2 F1 lost)? If not, how far off.
+
+    ``best`` is the passing run with the highest F1, else None; ``closest_in_time`` is the
+    run with the least F1 loss among those fast enough, ``closest_in_f1`` the fastest run among
+    those accurate enough, each with its F1 loss and its time as a fraction of deep's.
+    """
+    def loss(v: dict[str, Any]) -> float:
+        return float(deep["f1"] - v["f1"])
+
+    def ratio(v: dict[str, Any]) -> float:
+        return float(v["t_e2e_ms"] / deep["t_e2e_ms"]) if deep["t_e2e_ms"] else 1.0
+
+    fast_enough = {k: v for k, v in runs.items() if ratio(v) <= 1 - MIN_SPEEDUP}
+    good_enough = {k: v for k, v in runs.items() if loss(v) <= MAX_F1_LOSS}
+    passing = sorted(set(fast_enough) & set(good_enough), key=lambda k: (-runs[k]["f1"], k))
+    by_loss = min(fast_enough, key=lambda k: (loss(runs[k]), k), default=None)
+    by_time = min(good_enough, key=lambda k: (ratio(runs[k]), k), default=None)
+    routed = [k for k in passing if runs[k]["early_rate"] < 100.0]
+    return {
+        "passed": bool(passing),
+        "best": passing[0] if passing else None,
+        # The best passing run that sends some questions deep: a run that stops early on every
+        # question is just the fast path, which passes whenever fast is within 2 F1 of deep.
+        "routed": routed[0] if routed else None,
+        "closest_in_time": None if by_loss is None else
+        {"run": by_loss, "f1_loss": loss(runs[by_loss]), "time_ratio": ratio(runs[by_loss])},
+        "closest_in_f1": None if by_time is None else
+        {"run": by_time, "f1_loss": loss(runs[by_time]), "time_ratio": ratio(runs[by_time])},
+    }
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -144,6 +214,22 @@ def format_summary(s: dict[str, Any]) -> str:
     if auc_rows:
         first = next(iter(s["auc"].values()))
         text += "\n\n" + markdown_table(["router", *[f"AUC vs {k}" for k in first]], auc_rows)
+    if s.get("compare"):
+        text += "\n\n" + markdown_table(
+            ["F1 difference", "points", "95% CI (paired bootstrap)"],
+            [[f"{c['a']} - {c['b']}", f"{c['f1_diff']:+.1f}",
+              f"[{c['ci95'][0]:+.1f}, {c['ci95'][1]:+.1f}]"] for c in s["compare"]])
+    for name, a in s.get("acceptance", {}).items():
+        if a["passed"]:
+            text += f"\n\n{name}: target met by {a['best']}"
+            if a["routed"] is None:
+                text += " (which stops early on every question: the fast path itself)"
+            elif a["routed"] != a["best"]:
+                text += f"; best run that sends some questions deep: {a['routed']}"
+        else:
+            near = [f"{c['run']} loses {c['f1_loss']:.1f} F1 at {100 * c['time_ratio']:.0f}% of deep's time"
+                    for c in (a["closest_in_time"], a["closest_in_f1"]) if c]
+            text += f"\n\n{name}: target not met" + (f"; closest: {'; '.join(near)}" if near else "")
     return text
 
 
