@@ -108,3 +108,10 @@ def test_import_locomo_takes_a_file_or_loaded_conversations(tmp_path):
     assert [it.text for it in by_file.items("c1")] == [it.text for it in by_convs.items("c1")]
     by_file.import_locomo(f)
     assert by_file.stats().items == 2
+
+
+def test_ask_rejects_an_unknown_mode_or_router_before_loading_a_model(db):
+    r = run("--db", db, "ask", "who?", "--mode", "quick")
+    assert r.exit_code == 2 and "unknown mode 'quick'" in r.output
+    r = run("--db", db, "ask", "who?", "--mode", "auto", "--router", "oracle")
+    assert r.exit_code == 2 and "unknown router 'oracle'" in r.output

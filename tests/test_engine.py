@@ -88,9 +88,16 @@ def test_score_router_is_a_probability_with_reasons(memory):
     assert 0.0 <= d.score <= 1.0 and "coverage" in d.reason
 
 
-def test_auto_without_router_is_a_config_error(memory):
-    with pytest.raises(ConfigError, match="router"):
-        Engine(memory, reader()).ask("x y", scope="dana", mode="auto")
+def test_auto_without_a_router_uses_the_retrieval_signal_router(memory):
+    r = Engine(memory, reader()).ask("What is the name of Dana's cat?", scope="dana",
+                                     mode="auto").receipt
+    assert r.router == "retrieval-signals" and r.router_score is not None
+    assert r.path == ("fast" if r.router_score >= r.tau else "deep")
+
+
+def test_an_unknown_mode_is_a_config_error(memory):
+    with pytest.raises(ConfigError, match="mode"):
+        Engine(memory, reader()).ask("x y", scope="dana", mode="quick")  # type: ignore[arg-type]
 
 
 def test_agents_run_concurrently(memory):

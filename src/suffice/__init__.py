@@ -2,6 +2,7 @@
 
 from .api import Memory
 from .config import Settings
+from .engine import Answer, BlockReceipt, Engine, Receipt
 from .errors import (
     BudgetError,
     ConfigError,
@@ -16,20 +17,27 @@ from .errors import (
     SufficeError,
     UnknownScopeError,
 )
-from .types import Block, Evidence, Hit, Item, NewItem, Piece, StoreStats, Unit
+from .route.sufficiency import LMRouter, RouterDecision, ScoreRouter, SufficiencyRouter
+from .types import Block, Context, ContextPart, Evidence, Hit, Item, NewItem, Piece, StoreStats, Unit
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Answer",
     "Block",
+    "BlockReceipt",
     "BudgetError",
     "ConfigError",
     "ConflictError",
+    "Context",
+    "ContextPart",
+    "Engine",
     "Evidence",
     "Hit",
     "ImportFormatError",
     "InvalidItemError",
     "Item",
+    "LMRouter",
     "Memory",
     "MissingExtraError",
     "ModelFileError",
@@ -37,10 +45,14 @@ __all__ = [
     "OutputParseError",
     "Piece",
     "ProviderError",
+    "Receipt",
+    "RouterDecision",
+    "ScoreRouter",
     "Settings",
     "StoreError",
     "StoreStats",
     "SufficeError",
+    "SufficiencyRouter",
     "Unit",
     "UnknownScopeError",
     "__version__",

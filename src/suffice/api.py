@@ -194,7 +194,8 @@ class Memory:
         The reader's context is the budgeted render (``context="render"``, timeline + detail)
         or the prefix hits in rank order (``"prefix"``). ``mode``: ``fast`` answers at once,
         ``deep`` reads blocks with memory agents, ``auto`` lets ``router`` decide with
-        threshold ``tau``. Without ``llm`` the local shipped model is loaded once and reused.
+        threshold ``tau`` (default router: :class:`ScoreRouter`, retrieval signals only).
+        Without ``llm`` the local shipped model is loaded once and reused.
         """
         from .engine import Engine
 

@@ -349,7 +349,9 @@ def ask(
     scope: ScopeOpt = "default",
     mode: Annotated[str, typer.Option(help="fast, deep or auto.")] = "fast",
     tau: Annotated[float | None, typer.Option(help="Router threshold for --mode auto.")] = None,
-    router: Annotated[str, typer.Option(help="lm (zero-shot) or signals, for --mode auto.")] = "lm",
+    router: Annotated[str, typer.Option(
+        help="signals (retrieval signals, no model call) or lm (zero-shot), for --mode auto.")
+    ] = "signals",
     budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
     provider: ProviderOpt = "local",
     model: ModelOpt = None,
@@ -361,6 +363,8 @@ def ask(
     with errors():
         if mode not in ("fast", "deep", "auto"):
             fail(f"unknown mode {mode!r}; use fast, deep or auto")
+        if router not in ("signals", "lm"):
+            fail(f"unknown router {router!r}; use signals or lm")
         mem = open_memory(db)
         mem.store.require_scope(scope)
         llm = make_reader(provider, model, base_url)

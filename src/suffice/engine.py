@@ -20,7 +20,7 @@ from .errors import ConfigError, ProviderError
 from .llm.base import LLM, CallRecord, Ledger, Message
 from .llm.parse import extract_answer
 from .prompts import Style, aggregate_messages, answer_messages, choose_style, deep_context
-from .route.sufficiency import RouterDecision, SufficiencyRouter
+from .route.sufficiency import RouterDecision, ScoreRouter, SufficiencyRouter
 from .tokens import count_tokens, fill_in_order
 from .types import ContextPart, Evidence, Hit, Item
 
@@ -162,7 +162,9 @@ class Engine:
         path: Path = "fast" if mode == "fast" else "deep"
         if mode == "auto":
             if self.router is None:
-                raise ConfigError("mode 'auto' needs a sufficiency router; pass router= or use fast/deep")
+                # The default is the retrieval-signal router: no model call, and on LoCoMo the
+                # better of the two untrained routers (docs/benchmarks.md).
+                self.router = ScoreRouter()
             t = time.perf_counter()
             decision = self.router.score(question, evidence, ledger=ledger)
             stages["router"] = _ms(t)
