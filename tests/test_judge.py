@@ -58,3 +58,46 @@ def test_provider_failure_never_raises() -> None:
               ledger=ledger)
     assert v.ok is False and v.score == 0.0 and "down" in v.reason
     assert ledger.records[0].ok is False
+
+
+def test_judge_file_grades_every_answer_in_place_and_resumes(tmp_path) -> None:
+    import json
+
+    from suffice.bench.judge import judge_file
+
+    path = tmp_path / "p.jsonl"
+    recs = [
+        {"key": "a", "question": "Q1?", "gold": "7 May 2023",
+         "fast": {"answer": "May 7, 2023", "f1": 0.5}, "deep": {"answer": "June", "f1": 0.0}},
+        {"key": "b", "question": "Q2?", "gold": 3, "answer": "three", "f1": 0.0},  # bench qa shape
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"key": "c", "quest')
+
+    def grade(messages):
+        return '{"score": 0' if "June" in messages[-1]["content"] else '{"score": 1, "rea'
+    judge_llm = ScriptedLLM(grade, model="judge-a")
+    counts = judge_file(path, judge_llm, save_every=1)
+    assert counts["judged"] == 3 and counts["failed"] == 0
+    out = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["key"] for r in out] == ["a", "b"]  # the cut line is dropped, nothing else
+    assert (out[0]["fast"]["judge"], out[0]["deep"]["judge"], out[1]["judge"]) == (1.0, 0.0, 1.0)
+    assert out[0]["fast"]["judge_model"] == "judge-a"
+    assert counts["mean_judge"] == pytest.approx(100 * 2 / 3)
+
+    # A rerun with the same judge asks nothing; another judge grades everything again.
+    assert judge_file(path, judge_llm)["judged"] == 0 and len(judge_llm.calls) == 3
+    assert judge_file(path, ScriptedLLM('{"score": 0.5}', model="judge-b"))["judged"] == 3
+
+
+def test_judge_file_keeps_failed_verdicts_apart(tmp_path) -> None:
+    import json
+
+    from suffice.bench.judge import judge_file
+
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"key": "a", "question": "Q?", "gold": "x", "answer": "y"}) + "\n")
+    counts = judge_file(path, ScriptedLLM([ProviderError("down", endpoint="x")] * 3))
+    rec = json.loads(path.read_text())
+    assert counts["failed"] == 1 and rec["judge"] is None and "judge failed" in rec["judge_reason"]
+    # A rerun tries the failed verdict again.
+    assert judge_file(path, ScriptedLLM('{"score": 1}'))["judged"] == 1

@@ -288,6 +288,33 @@ def bench_qa(
             out.print(f"wrote {json_out}")
 
 
+@bench_app.command("judge")
+def bench_judge(
+    results: Annotated[Path, typer.Argument(help="A bench qa or progressive JSONL to grade.")],
+    provider: ProviderOpt = "local",
+    model: Annotated[str | None, typer.Option(
+        help="Judge model: a shipped name, a GGUF path, or the server's model for http.")
+    ] = "qwen2.5-1.5b",
+    base_url: BaseUrlOpt = None,
+) -> None:
+    """Grade every answer of a results file with an LLM judge, in place and resumably.
+
+    Rerun the benchmark command afterwards (it resumes, so it only re-summarises) to get the
+    judge column and the router AUC against judged correctness.
+    """
+    with errors():
+        if not results.is_file():
+            fail(f"no results file at {results}")
+        from .bench.judge import judge_file
+        llm = make_reader(provider, model, base_url)
+        n = sum(1 for line in results.read_text(encoding="utf-8").splitlines() if line.strip())
+        with progress_bar("judging", n) as advance:
+            counts = judge_file(results, llm, progress=advance)
+        out.print(f"{results}: judged {counts['judged']:.0f} answers with {llm.model} "
+                  f"({counts['failed']:.0f} failed, {counts['skipped']:.0f} already judged); "
+                  f"mean judge score {counts['mean_judge']:.1f}")
+
+
 @bench_app.command("progressive")
 def bench_progressive(
     dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",

@@ -8,8 +8,13 @@ which the report counts separately.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ..errors import OutputParseError
 from ..llm.base import LLM, Ledger
@@ -86,4 +91,65 @@ def judge(
     return JudgeVerdict(score=score, reason=reason, ok=True)
 
 
-__all__ = ["ALLOWED_SCORES", "JudgeVerdict", "judge", "parse_verdict"]
+def _answers(rec: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The answer results of one record: the record itself (bench qa) or its paths (progressive)."""
+    if "answer" in rec:
+        yield rec
+    for value in rec.values():
+        if isinstance(value, dict) and "answer" in value:
+            yield value
+
+
+def judge_file(path: Path, llm: LLM, *, max_tokens: int = 10, save_every: int = 10,
+               progress: Callable[[int], None] | None = None) -> dict[str, float]:
+    """Add ``llm``'s verdict to every answer of a results JSONL (bench qa or progressive).
+
+    Lets a stronger judge grade a run after the fact, on a machine that had no room for it
+    during the run. Answers this judge model already graded are skipped (failed verdicts are
+    tried again), so a rerun resumes. The file is rewritten atomically every ``save_every``
+    records, so a kill loses at most those verdicts and never a record. Do not run it while a
+    benchmark appends to ``path``.
+    The verdict only needs the score, which the judge writes first, so ``max_tokens`` is small.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    recs: list[dict[str, Any]] = []
+    for line in lines:
+        try:
+            recs.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill: the benchmark redoes that question
+    judged = failed = skipped = 0
+    total = 0.0
+
+    def save() -> None:
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs),
+                       encoding="utf-8")
+        os.replace(tmp, path)
+
+    for i, rec in enumerate(recs):
+        for res in _answers(rec):
+            if res.get("judge_model") == llm.model and res.get("judge") is not None:
+                skipped += 1
+                continue
+            v = judge(llm, str(rec.get("question", "")), rec.get("gold", ""), str(res["answer"]),
+                      max_tokens=max_tokens)
+            res["judge"] = v.score if v.ok else None
+            res["judge_model"] = llm.model
+            res["judge_reason"] = v.reason[:200]
+            judged += 1
+            failed += 0 if v.ok else 1
+        for res in _answers(rec):
+            if res.get("judge") is not None:
+                total += res["judge"]
+        if (i + 1) % save_every == 0:
+            save()
+        if progress:
+            progress(1)
+    save()
+    graded = sum(1 for r in recs for res in _answers(r) if res.get("judge") is not None)
+    return {"records": len(recs), "judged": judged, "failed": failed, "skipped": skipped,
+            "mean_judge": 100 * total / graded if graded else 0.0}
+
+
+__all__ = ["ALLOWED_SCORES", "JudgeVerdict", "judge", "judge_file", "parse_verdict"]
