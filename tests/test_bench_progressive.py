@@ -20,7 +20,7 @@ def _rec(key, fast_f1, deep_f1, score):
                                       "output_tokens": 5, "cost_usd": 0.001}}
     return {"key": key, "variant": "progressive", "fast": res(fast_f1, 1000), "deep": res(deep_f1, 5000),
             "prefix_has_all_gold": fast_f1 > 0.5,
-            "routers": {"r": {"score": score, "ok": True, "ms": 100.0, "cost_usd": 0.0}}}
+            "routers": {"r": {"score": score, "ok": True, "ms": 100.0, "cost_usd": 0.0, "tokens": 50}}}
 
 
 def test_auto_takes_fast_at_or_above_tau_and_adds_router_time(tmp_path):
@@ -33,8 +33,21 @@ def test_auto_takes_fast_at_or_above_tau_and_adds_router_time(tmp_path):
     auto = s["rows"]["auto[r] tau=0.5"]
     assert auto["early_rate"] == 50.0 and auto["f1"] == 100.0
     assert auto["t_e2e_ms"] == pytest.approx((1000 + 100 + 5000 + 100) / 2)
+    assert auto["tokens"] == fast["tokens"] + 50  # the router's tokens count too
     assert s["rows"]["auto[r] tau=0.95"]["early_rate"] == 0.0
     assert s["auc"]["r"]["fast_correct_f1>=0.5"] == 1.0
+
+
+def test_router_auc_leaves_out_unknown_labels(tmp_path):
+    path = tmp_path / "p.jsonl"
+    recs = [_rec("a", 1.0, 1.0, 0.9), _rec("b", 0.0, 1.0, 0.2), _rec("c", 1.0, 1.0, 0.1)]
+    recs[0]["fast"]["judge"], recs[1]["fast"]["judge"] = 1.0, 0.0
+    recs[2]["fast"]["judge"] = None  # the judge failed on c: no label
+    recs[2]["n_gold"] = 0  # c has no gold evidence in the store: no label either
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    a = summarize(path, taus=(0.5,))["auc"]["r"]
+    assert a["fast_judged_correct"] == 1.0 and a["prefix_has_all_gold"] == 1.0
+    assert a["fast_correct_f1>=0.5"] == 0.5  # c counts here: its F1 is known
 
 
 def test_the_plot_draws_one_line_per_router(tmp_path):

@@ -106,7 +106,7 @@ def test_import_locomo_takes_a_file_or_loaded_conversations(tmp_path):
     assert by_file.import_locomo(f) == {"c1": 2}
     assert by_convs.import_locomo(load_locomo(f)) == {"c1": 2}
     assert [it.text for it in by_file.items("c1")] == [it.text for it in by_convs.items("c1")]
-    by_file.import_locomo(f)
+    assert by_file.import_locomo(f) == {"c1": 0}  # nothing new
     assert by_file.stats().items == 2
 
 

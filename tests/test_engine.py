@@ -63,6 +63,38 @@ def test_receipts_add_up(memory, mode):
     assert r.cost_usd == pytest.approx(sum(c.cost_usd for c in r.calls))
     assert r.cost_usd == pytest.approx(sum(r.cost_by_stage().values()))
     assert r.cost_usd > 0
+    # T_mem is every stage but the one that writes the answer, on either path.
+    writer = "answer" if r.path == "fast" else "aggregate"
+    assert r.t_mem_ms == pytest.approx(sum(v for k, v in r.stages_ms.items() if k != writer))
+    # Each block's agent calls are on its receipt, and together they are the agent stage.
+    agent_calls = [c for c in r.calls if c.stage == "block_agent"]
+    assert sum(b.calls for b in r.blocks) == len(agent_calls)
+    assert sum(b.cost_usd for b in r.blocks) == pytest.approx(sum(c.cost_usd for c in agent_calls))
+    assert sum(b.input_tokens for b in r.blocks) == sum(c.input_tokens for c in agent_calls)
+    # The parts account for the context the reader saw.
+    assert sum(p.tokens for p in r.parts) <= r.context_tokens
+
+
+def test_notes_share_the_budget_and_keep_whole_lines():
+    from suffice.deep import AgentNote, notes_text
+    from suffice.tokens import count_tokens
+
+    def note(block, lines):
+        return AgentNote(block, 10 * block, 10 * block + 9, "\n".join(lines), "", True, 1.0)
+    old = note(0, [f"old line {i} about the first trip to Kyoto in spring" for i in range(12)])
+    new = note(1, [f"new line {i} about the second trip to Osaka in autumn" for i in range(12)])
+    short = note(2, ["Figo is the cat."])
+    text, used = notes_text([old, new, short], 120)
+    assert count_tokens(text) <= 120
+    lines = text.splitlines()
+    assert all(ln in old.notes or ln in new.notes or ln in short.notes for ln in lines)  # never cut
+    assert any(ln.startswith("old") for ln in lines) and any(ln.startswith("new") for ln in lines)
+    assert "Figo is the cat." in lines and lines == sorted(lines, key=lambda ln: (
+        0 if ln.startswith("old") else 1 if ln.startswith("new") else 2))  # time order kept
+    assert abs(used[0] - used[1]) <= 15 and sum(used.values()) <= 120  # fair shares
+    # Under budget: everything, repeated lines once.
+    text, _ = notes_text([short, note(3, ["Figo is the cat.", "Dana lives in Kyoto."])], 1000)
+    assert text.splitlines() == ["Figo is the cat.", "Dana lives in Kyoto."]
 
 
 def test_auto_stops_early_when_the_router_says_enough(memory):
@@ -80,6 +112,20 @@ def test_evidence_over_the_router_budget_goes_deep_and_says_why(memory):
     r = eng.ask("Kyoto trip", scope="dana", mode="auto").receipt
     assert r.path == "deep"
     assert any("exceeds the router's input budget" in n for n in r.notes)
+    # The engine enforces the budget for every router, not only routers that check it.
+    r = Engine(memory, reader(), router=ScoreRouter(input_budget=5)).ask(
+        "Kyoto trip", scope="dana", mode="auto", tau=0.0).receipt
+    assert r.path == "deep" and any("input budget" in n for n in r.notes)
+
+
+def test_a_crashing_router_sends_the_query_deep(memory):
+    class Broken:
+        name, input_budget = "broken", 10_000
+
+        def score(self, query, evidence, *, ledger=None):
+            raise KeyError("feature")
+    r = Engine(memory, reader(), router=Broken()).ask("Kyoto trip", scope="dana", mode="auto").receipt
+    assert r.path == "deep" and any("router broken failed (KeyError" in n for n in r.notes)
 
 
 def test_score_router_is_a_probability_with_reasons(memory):
@@ -173,6 +219,8 @@ def test_aggregate_parsing_is_lenient():
     assert split_aggregate("CONFLICTS: none\n<answer>Lisbon</answer>") == ("Lisbon", "")
     assert split_aggregate("CONFLICTS: moved from Porto to Lisbon\nLisbon") == (
         "Lisbon", "moved from Porto to Lisbon")
+    listed = "CONFLICTS:\n- lived in Porto, then Lisbon\n- cat was Miso, now Figo\n<answer>Lisbon</answer>"
+    assert split_aggregate(listed) == ("Lisbon", "lived in Porto, then Lisbon; cat was Miso, now Figo")
 
 
 @pytest.mark.parametrize("budget", [0, 60, 120])
@@ -180,3 +228,12 @@ def test_tiny_budgets_never_crash_either_path(memory, budget):
     for mode in ("fast", "deep"):
         ans = Engine(memory, reader()).ask("Dana cat name?", scope="dana", mode=mode, budget=budget)
         assert ans.receipt.context_tokens <= int(0.95 * budget)
+
+
+def test_per_query_settings_bound_the_deep_path(memory):
+    one = Settings(anchor_blocks=1, max_blocks=1)
+    r = Engine(memory, reader()).ask("When is the Kyoto trip?", scope="dana", mode="deep",
+                                     settings=one).receipt
+    assert len(r.blocks) == 1
+    r = Engine(memory, reader()).ask("When is the Kyoto trip?", scope="dana", mode="deep").receipt
+    assert len(r.blocks) > 1  # the memory's own settings are untouched

@@ -227,6 +227,17 @@ def test_a_2xx_reply_that_cannot_be_used_is_still_billed() -> None:
     assert rec.cost_usd == pytest.approx(rec.input_tokens)
 
 
+def test_a_reply_without_choices_is_billed_from_its_usage() -> None:
+    body = {"object": "chat.completion", "choices": [],
+            "usage": {"prompt_tokens": 42, "completion_tokens": 0}}
+    with FakeOpenAI([Reply(200, body)]) as srv:
+        ledger = Ledger()
+        with pytest.raises(ProviderError, match="no choices"):
+            fast(srv.base_url).chat(Q, ledger=ledger)
+    rec = ledger.records[0]
+    assert (rec.input_tokens, rec.output_tokens, rec.usage_counted) == (42, 0, False)
+
+
 def test_a_refused_call_costs_nothing() -> None:
     with FakeOpenAI([Reply(400, {"error": {"message": "bad request"}})]) as srv:
         ledger = Ledger()

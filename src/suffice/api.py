@@ -188,14 +188,16 @@ class Memory:
 
     def ask(self, question: str, *, scope: str = DEFAULT_SCOPE, llm: LLM | None = None,
             mode: Mode = "fast", router: SufficiencyRouter | None = None, tau: float | None = None,
-            budget: int | None = None, context: Literal["prefix", "render"] = "render") -> Answer:
+            budget: int | None = None, context: Literal["prefix", "render"] = "render",
+            settings: Settings | None = None) -> Answer:
         """Answer ``question`` from memory; the Answer carries a receipt of how it was made.
 
         The reader's context is the budgeted render (``context="render"``, timeline + detail)
         or the prefix hits in rank order (``"prefix"``). ``mode``: ``fast`` answers at once,
         ``deep`` reads blocks with memory agents, ``auto`` lets ``router`` decide with
         threshold ``tau`` (default router: :class:`ScoreRouter`, retrieval signals only).
-        Without ``llm`` the local shipped model is loaded once and reused.
+        Without ``llm`` the local shipped model is loaded once and reused. ``settings``
+        overrides the memory's settings for this query only (blocks, concurrency, render knobs).
         """
         from .engine import Engine
 
@@ -203,7 +205,8 @@ class Memory:
             raise InvalidItemError("question is empty")
         self.store.require_scope(scope)
         engine = Engine(self, llm or self.default_llm(), router=router, context=context)
-        return engine.ask(question, scope=scope, mode=mode, tau=tau, budget=budget)
+        return engine.ask(question, scope=scope, mode=mode, tau=tau, budget=budget,
+                          settings=settings)
 
     def default_llm(self) -> LLM:
         """The local shipped model (``[local]`` extra), loaded on first use and then kept."""
@@ -226,7 +229,9 @@ class Memory:
 
     def import_locomo(self, source: str | Path | Sequence[LocomoConversation] | None = None,
                       progress: Progress | None = None) -> dict[str, int]:
-        """Import LoCoMo, one scope per conversation; re-importing adds nothing.
+        """Import LoCoMo, one scope per conversation; the number of items added per scope.
+
+        Re-importing adds nothing (and reports 0): turns carry their dialogue ids as client ids.
 
         ``source`` is a file (default: the shared copy) or conversations already loaded with
         :func:`suffice.datasets.locomo.load_locomo`, e.g. to size a progress bar first.
@@ -237,5 +242,7 @@ class Memory:
         convs = load_locomo(source) if source is None or isinstance(source, (str, Path)) else source
         counts = {}
         for conv in convs:
-            counts[conv.scope] = len(self.add(list(conv.items), scope=conv.scope, progress=progress))
+            before = self.store.max_seq(conv.scope)
+            self.add(list(conv.items), scope=conv.scope, progress=progress)
+            counts[conv.scope] = self.store.max_seq(conv.scope) - before
         return counts

@@ -126,8 +126,9 @@ def import_locomo(
         with progress_bar("importing", total) as advance:
             counts = mem.import_locomo(convs, progress=advance)
         dt = time.perf_counter() - t0
-        out.print(f"imported {sum(counts.values())} items in {len(counts)} scopes "
-                  f"({dt:.1f} s, {sum(counts.values()) / max(dt, 1e-9):.0f} items/s) into {mem.path}")
+        added = sum(counts.values())
+        out.print(f"imported {added} new items ({total - added} already stored) in {len(counts)} "
+                  f"scopes ({dt:.1f} s, {total / max(dt, 1e-9):.0f} items/s) into {mem.path}")
 
 
 @app.command()

@@ -9,15 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from .config import Settings
 from .errors import ProviderError
-from .llm.base import LLM, Ledger
+from .llm.base import LLM, CallRecord, Ledger
 from .prompts import BLOCK_NONE, block_agent_messages
 from .text import words
-from .tokens import count_tokens, truncate
+from .tokens import count_tokens, fill_in_order, truncate
 from .types import Block, Hit, Item
 from .views import ScopeViews
 
@@ -42,6 +42,8 @@ class AgentNote:
     latency_ms: float
     ok: bool = True
     error: str = ""
+    calls: tuple[CallRecord, ...] = ()
+    """The model calls this agent made (filled in by :func:`run_agents`)."""
 
 
 def choose_blocks(hits: Sequence[Hit], views: ScopeViews, settings: Settings) -> list[ChosenBlock]:
@@ -128,34 +130,64 @@ def grounded_lines(output: str, source: str, threshold: float) -> list[str]:
 def run_agents(agent: MemoryAgent, question: str, blocks: Sequence[ChosenBlock],
                block_items: dict[int, list[Item]], hit_seqs: set[int], *, concurrency: int,
                ledger: Ledger | None = None) -> list[AgentNote]:
-    """One agent per block, at most ``concurrency`` at once; notes come back in time order."""
+    """One agent per block, at most ``concurrency`` at once; notes come back in time order.
+
+    Each agent gets a ledger of its own, so every note carries the calls that made it; they
+    join ``ledger`` in block order once all agents are done.
+    """
 
     def one(cb: ChosenBlock) -> AgentNote:
+        own = Ledger()
+        t0 = time.perf_counter()
         try:
-            return agent.read(question, cb.block, block_items[cb.block.index], hit_seqs, ledger=ledger)
+            note = agent.read(question, cb.block, block_items[cb.block.index], hit_seqs, ledger=own)
         except Exception as exc:  # an agent bug must not sink the query: degrade to no note
-            return AgentNote(cb.block.index, cb.block.first_seq, cb.block.last_seq, "", "", False,
-                             0.0, ok=False, error=f"{type(exc).__name__}: {exc}")
+            note = AgentNote(cb.block.index, cb.block.first_seq, cb.block.last_seq, "", "", False,
+                             (time.perf_counter() - t0) * 1e3, ok=False,
+                             error=f"{type(exc).__name__}: {exc}")
+        return replace(note, calls=tuple(own.records))
 
     if not blocks:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(blocks)))) as pool:
-        notes = list(pool.map(one, blocks))
-    return sorted(notes, key=lambda n: n.first_seq)
+        notes = sorted(pool.map(one, blocks), key=lambda n: n.first_seq)
+    if ledger is not None:
+        for n in notes:
+            for call in n.calls:
+                ledger.add(call)
+    return notes
 
 
-def notes_text(notes: Sequence[AgentNote], budget: int) -> str:
-    """Relevant notes in time order, repeated lines (from overlapping blocks) once, cut to budget."""
+def notes_text(notes: Sequence[AgentNote], budget: int) -> tuple[str, dict[int, int]]:
+    """Relevant notes in time order within ``budget`` tokens, and the tokens each block got.
+
+    Repeated lines (overlapping blocks copy the same turn) appear once. When the notes do not
+    fit, every block gets an equal share, whatever a block leaves unused passes to the others,
+    and lines are kept or dropped whole: neither the oldest nor the newest notes are cut off.
+    """
     seen: set[str] = set()
-    lines: list[str] = []
+    per_block: list[tuple[int, list[tuple[str, int]]]] = []
     for n in notes:
         if not n.relevant:
             continue
+        lines = []
         for line in n.notes.splitlines():
             if line not in seen:
                 seen.add(line)
                 lines.append(line)
         if n.answer:
             lines.append(f"(reader of items {n.first_seq}-{n.last_seq} suggests: {n.answer})")
-    text = "\n".join(lines)
-    return text if count_tokens(text) <= budget else truncate(text, budget)
+        per_block.append((n.block, [(ln, count_tokens(ln) + 1) for ln in lines]))
+    kept: dict[int, list[str]] = {b: [] for b, _ in per_block}
+    used: dict[int, int] = {b: 0 for b, _ in per_block}
+    left = budget
+    # Smallest first, so a block that needs less than its share hands the rest on.
+    by_size = sorted(per_block, key=lambda bl: sum(c for _, c in bl[1]))
+    for i, (b, costed) in enumerate(by_size):
+        share = left // (len(by_size) - i)
+        for j in fill_in_order((c for _, c in costed), share):
+            kept[b].append(costed[j][0])
+            used[b] += costed[j][1]
+        left -= used[b]
+    text = "\n".join(line for b, _ in per_block for line in kept[b])
+    return text, {b: used[b] for b, _ in per_block if kept[b]}

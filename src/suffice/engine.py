@@ -15,11 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from .config import Settings
 from .deep import AgentNote, ChosenBlock, LLMBlockReader, MemoryAgent, choose_blocks, notes_text, run_agents
 from .errors import ConfigError, ProviderError
 from .llm.base import LLM, CallRecord, Ledger, Message
 from .llm.parse import extract_answer
 from .prompts import Style, aggregate_messages, answer_messages, choose_style, deep_context
+from .render import render_context
 from .route.sufficiency import RouterDecision, ScoreRouter, SufficiencyRouter
 from .tokens import count_tokens, fill_in_order
 from .types import ContextPart, Evidence, Hit, Item
@@ -42,6 +44,12 @@ class BlockReceipt:
     latency_ms: float
     ok: bool
     error: str = ""
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    notes_tokens: int = 0
+    """Tokens of this block's notes that reached the final context."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +67,8 @@ class Receipt:
     calls: tuple[CallRecord, ...]
     stages_ms: dict[str, float]
     t_mem_ms: float
-    """Memory work: prefix, router, block agents and aggregation; not the final answer call."""
+    """Memory work: every stage except the call that writes the answer (``answer`` on the
+    fast path, ``aggregate`` on the deep path), so both paths count the same things."""
     t_e2e_ms: float
     router: str = ""
     router_score: float | None = None
@@ -117,17 +126,19 @@ class Engine:
 
     # -- context for the reader ---------------------------------------------------------------
 
-    def fast_context(self, scope: str, question: str, budget: int,
-                     evidence: Evidence) -> tuple[str, tuple[ContextPart, ...], tuple[Hit, ...]]:
+    def fast_context(self, scope: str, question: str, budget: int, evidence: Evidence,
+                     settings: Settings | None = None
+                     ) -> tuple[str, tuple[ContextPart, ...], tuple[Hit, ...]]:
         """The reader's context on the fast path, within ``budget`` tokens.
 
         ``prefix``: fused hits taken in rank order while they fit, shown in time order.
         ``render``: the budgeted memory of :meth:`Memory.render` (timeline + detail).
         """
+        s = settings or self.memory.settings
         if self.context == "render":
-            ctx = self.memory.render(question, budget, scope=scope)
+            ctx = render_context(self.memory, question, budget, scope=scope, settings=s)
             return ctx.text, ctx.parts, evidence.hits
-        cap = int(self.memory.settings.prompt_cap * budget)
+        cap = int(s.prompt_cap * budget)
         by_seq = {it.seq: it for it in evidence.items}
         ranked = [(h, by_seq[h.seq], count_tokens(by_seq[h.seq].render()) + 1) for h in evidence.hits]
         chosen = [ranked[i] for i in fill_in_order((n for _, _, n in ranked), cap)]
@@ -140,10 +151,14 @@ class Engine:
     # -- the query path -----------------------------------------------------------------------
 
     def ask(self, question: str, *, scope: str, mode: Mode = "auto", tau: float | None = None,
-            budget: int | None = None, style: Style | None = None) -> Answer:
+            budget: int | None = None, style: Style | None = None,
+            settings: Settings | None = None) -> Answer:
+        """Answer ``question``; ``tau``, ``budget`` and ``settings`` override the memory's
+        for this query (``settings``: prefix size, blocks, concurrency, render knobs; the unit
+        and block sizes of the views always come from the memory)."""
         if mode not in ("fast", "deep", "auto"):
             raise ConfigError(f"unknown mode {mode!r}; use fast, deep or auto")
-        s = self.memory.settings
+        s = settings or self.memory.settings
         tau = s.tau if tau is None else tau
         budget = s.reader_budget if budget is None else budget
         style = style or choose_style(question)
@@ -166,7 +181,7 @@ class Engine:
                 # better of the two untrained routers (docs/benchmarks.md).
                 self.router = ScoreRouter()
             t = time.perf_counter()
-            decision = self.router.score(question, evidence, ledger=ledger)
+            decision = self._route(question, evidence, ledger)
             stages["router"] = _ms(t)
             path = "fast" if decision.ok and decision.score >= tau else "deep"
             if not decision.ok:
@@ -176,34 +191,45 @@ class Engine:
         degraded = False
         if path == "deep":
             result, blocks = self._deep(question, scope, evidence, ranked, budget, style, ledger,
-                                        stages, notes)
-            if result is None:  # every agent failed or nothing relevant: fall back to the prefix
+                                        stages, notes, s)
+            if result is None:  # every agent failed or nothing relevant: the fast path answers
                 path = "fast"  # the blocks stay on the receipt: they were read and paid for
                 degraded = True
             else:
                 text, parts, context_tokens = result
-                t_mem = sum(v for k, v in stages.items() if k != "aggregate")
                 return self._finish(question, scope, mode, "deep", text, evidence, parts,
-                                    context_tokens, ledger, stages, t0, t_mem, decision, tau,
+                                    context_tokens, ledger, stages, t0, decision, tau,
                                     blocks, degraded, notes)
 
         t = time.perf_counter()
-        context, parts, _ = self.fast_context(scope, question, budget, ranked)
+        context, parts, _ = self.fast_context(scope, question, budget, ranked, s)
         stages["context"] = _ms(t)
-        t_mem = sum(stages.values())
         t = time.perf_counter()
         text, ok = self._answer(answer_messages(question, context, style), ledger, "answer")
         stages["answer"] = _ms(t)
         if not ok:
             degraded = True
-            notes.append(f"answer call failed ({text}); returned the top evidence instead")
+            notes.append(f"answer call failed ({text}); returned the top prefix hit instead")
             text = evidence.items[0].text if evidence.items else ""
             top = min(evidence.hits, key=lambda h: h.rank) if evidence.hits else None
             if top is not None:
                 text = next(it.text for it in evidence.items if it.seq == top.seq)
         return self._finish(question, scope, mode, "fast", text, evidence, parts,
-                            count_tokens(context), ledger, stages, t0, t_mem, decision, tau,
+                            count_tokens(context), ledger, stages, t0, decision, tau,
                             blocks, degraded, notes)
+
+    def _route(self, question: str, evidence: Evidence, ledger: Ledger) -> RouterDecision:
+        """The router's decision; over its input budget or on any failure, ``ok=False`` (deep)."""
+        assert self.router is not None
+        n = count_tokens(evidence.text)
+        if n > self.router.input_budget:
+            return RouterDecision(0.0, f"evidence of {n} tokens exceeds the router's input budget "
+                                  f"({self.router.input_budget}); going deep", 0.0, ok=False)
+        try:
+            return self.router.score(question, evidence, ledger=ledger)
+        except Exception as exc:  # a pluggable router's bug must not sink the query
+            return RouterDecision(0.0, f"router {self.router.name} failed "
+                                  f"({type(exc).__name__}: {exc}); going deep", 0.0, ok=False)
 
     def _answer(self, messages: list[Message], ledger: Ledger, stage: str,
                 raw: bool = False) -> tuple[str, bool]:
@@ -216,11 +242,10 @@ class Engine:
 
     def _deep(self, question: str, scope: str, evidence: Evidence, ranked: Evidence,
               budget: int, style: Style,
-              ledger: Ledger, stages: dict[str, float], notes: list[str]
+              ledger: Ledger, stages: dict[str, float], notes: list[str], s: Settings
               ) -> tuple[tuple[str, tuple[ContextPart, ...], int] | None, tuple[BlockReceipt, ...]]:
         """(answer, parts, context tokens) or None when the deep path cannot answer; and the
         receipts of the blocks it read either way."""
-        s = self.memory.settings
         t = time.perf_counter()
         views = self.memory.retriever.index(scope).views
         chosen = choose_blocks(evidence.hits, views, s)
@@ -235,47 +260,55 @@ class Engine:
                                  {h.seq for h in evidence.hits}, concurrency=s.concurrency,
                                  ledger=ledger)
         stages["agents"] = _ms(t)
-        receipts = _block_receipts(chosen, agent_notes)
         for n in agent_notes:
             if not n.ok:
                 notes.append(f"block {n.block} agent failed: {n.error}")
         relevant = [n for n in agent_notes if n.relevant]
         if not relevant:
-            notes.append("no block agent returned relevant notes; answered from the prefix")
-            return None, receipts
+            notes.append("no block agent returned relevant notes; the fast path answered")
+            return None, _block_receipts(chosen, agent_notes, {})
         cap = int(s.prompt_cap * budget)
-        body = notes_text(agent_notes, cap // 2)
-        t = time.perf_counter()
+        body, used = notes_text(agent_notes, cap // 2)
+        receipts = _block_receipts(chosen, agent_notes, used)
+        parts: list[ContextPart] = [
+            ContextPart("notice", None, tuple(range(n.first_seq, n.last_seq + 1)), used[n.block],
+                        f"notes of block {n.block}") for n in relevant if n.block in used]
         if self.aggregator == "llm":
+            t = time.perf_counter()
             text, ok = self._answer(aggregate_messages(question, body), ledger, "aggregate", raw=True)
+            stages["aggregate"] = _ms(t)
             if ok:
                 text, conflicts = split_aggregate(text)
                 if conflicts:
                     notes.append(f"conflicts flagged: {conflicts}")
         else:
             # The reader merges: notes first (oldest first, later ones win), then as much of
-            # the prefix evidence as still fits.
+            # the fast path's context as still fits.
+            t = time.perf_counter()
             room = cap - count_tokens(body) - 40
-            evidence_text = (self.fast_context(scope, question, int(room / s.prompt_cap), ranked)[0]
-                             if room > 0 and s.prompt_cap > 0 else "")
-            context = deep_context(body, evidence_text)
-            text, ok = self._answer(answer_messages(question, context, style), ledger, "aggregate")
-            body = context
-        stages["aggregate"] = _ms(t)
+            evidence_text: str = ""
+            evidence_parts: tuple[ContextPart, ...] = ()
+            if room > 0 and s.prompt_cap > 0:
+                evidence_text, evidence_parts, _ = self.fast_context(
+                    scope, question, int(room / s.prompt_cap), ranked, s)
+            parts += evidence_parts
+            body = deep_context(body, evidence_text)
+            stages["evidence"] = _ms(t)
+            t = time.perf_counter()
+            text, ok = self._answer(answer_messages(question, body, style), ledger, "aggregate")
+            stages["aggregate"] = _ms(t)
         if not ok:
-            notes.append(f"aggregation failed ({text}); answered from the prefix")
+            notes.append(f"aggregation failed ({text}); the fast path answered")
             return None, receipts
-        parts = tuple(ContextPart("notice", None, tuple(range(n.first_seq, n.last_seq + 1)),
-                                  count_tokens(n.notes), f"notes of block {n.block}")
-                      for n in relevant)
-        return (text, parts, count_tokens(body)), receipts
+        return (text, tuple(parts), count_tokens(body)), receipts
 
     def _finish(self, question: str, scope: str, mode: str, path: Path, text: str,
                 evidence: Evidence, parts: Sequence[ContextPart], context_tokens: int,
-                ledger: Ledger, stages: dict[str, float], t0: float, t_mem: float,
+                ledger: Ledger, stages: dict[str, float], t0: float,
                 decision: RouterDecision | None, tau: float, blocks: tuple[BlockReceipt, ...],
                 degraded: bool, notes: list[str]) -> Answer:
         t_e2e = _ms(t0)
+        t_mem = sum(v for k, v in stages.items() if k not in ANSWER_STAGES)
         receipt = Receipt(
             question=question, scope=scope, mode=mode, path=path, model=self.llm.model,
             hits=evidence.hits, context_tokens=context_tokens, parts=tuple(parts),
@@ -288,14 +321,24 @@ class Engine:
         return Answer(text=text, receipt=receipt, evidence=evidence.items)
 
 
-def _block_receipts(chosen: Sequence[ChosenBlock], notes: Sequence[AgentNote]) -> tuple[BlockReceipt, ...]:
+ANSWER_STAGES = ("answer", "aggregate")
+"""Stages that write the answer; every other stage counts as memory work (``t_mem_ms``)."""
+
+
+def _block_receipts(chosen: Sequence[ChosenBlock], notes: Sequence[AgentNote],
+                    used: dict[int, int]) -> tuple[BlockReceipt, ...]:
     by_block = {n.block: n for n in notes}
     out = []
     for c in chosen:
         n = by_block.get(c.block.index)
-        out.append(BlockReceipt(c.block.index, c.block.first_seq, c.block.last_seq, c.block.tokens,
-                                c.why, bool(n and n.relevant), n.latency_ms if n else 0.0,
-                                bool(n and n.ok), n.error if n else "missing"))
+        calls = n.calls if n else ()
+        out.append(BlockReceipt(
+            c.block.index, c.block.first_seq, c.block.last_seq, c.block.tokens, c.why,
+            bool(n and n.relevant), n.latency_ms if n else 0.0, bool(n and n.ok),
+            n.error if n else "missing", calls=len(calls),
+            input_tokens=sum(x.input_tokens for x in calls),
+            output_tokens=sum(x.output_tokens for x in calls),
+            cost_usd=math.fsum(x.cost_usd for x in calls), notes_tokens=used.get(c.block.index, 0)))
     return tuple(out)
 
 
@@ -303,23 +346,33 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNOREC
 
 
 def split_aggregate(text: str) -> tuple[str, str]:
-    """(answer, conflicts) from the aggregator's reply, tolerant of a missing answer tag."""
-    conflicts = ""
-    lines = []
+    """(answer, conflicts) from the aggregator's reply, tolerant of a missing answer tag.
+
+    Conflicts sit on the ``CONFLICTS:`` line itself or in a bulleted list right after it;
+    "none" means there were none.
+    """
+    conflicts: list[str] = []
+    lines: list[str] = []
+    in_conflicts = False
     for line in text.strip().splitlines():
         head, _, rest = line.partition(":")
         if head.strip().upper() == "CONFLICTS":
-            rest = rest.strip()
-            if rest.lower().rstrip(".") not in ("none", "none, or one line per conflict", ""):
-                conflicts = rest
+            in_conflicts = True
+            line = rest
+        elif in_conflicts and not line.lstrip().startswith(("-", "*", "•")):
+            in_conflicts = False
+        if in_conflicts:
+            item = line.strip().lstrip("-*• ").strip()
+            if item and item.lower().rstrip(".") not in ("none", "none, or one line per conflict"):
+                conflicts.append(item)
             continue
         lines.append(line)
     body = "\n".join(lines).strip()
     m = _ANSWER_TAG.search(body)
     if m:
-        return m.group(1).strip(), conflicts
+        return m.group(1).strip(), "; ".join(conflicts)
     remaining = [ln.strip() for ln in body.splitlines() if ln.strip()]
-    return (extract_answer(remaining[-1]) if remaining else ""), conflicts
+    return (extract_answer(remaining[-1]) if remaining else ""), "; ".join(conflicts)
 
 
 def _top(evidence: Evidence, k: int) -> Evidence:

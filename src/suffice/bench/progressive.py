@@ -47,6 +47,8 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
             q = item.q
             rec: dict[str, Any] = {"variant": "progressive", "key": item.key,
                                    "category": q.category, "question": q.question, "gold": q.answer}
+            if mem.embedder is not None:  # whichever path runs first must not pay for the embedding
+                mem.embedder.embed_query(q.question)
             for mode in ("fast", "deep"):
                 ans = engine.ask(q.question, scope=item.scope, mode=mode, budget=budget)
                 r: dict[str, Any] = {"answer": ans.text, "receipt": receipt_summary(ans.receipt),
@@ -58,6 +60,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
             ev = mem.retriever.prefix(item.scope, q.question, k=mem.settings.prefix_k)
             gold = gold_seqs(item)
             rec["prefix_has_all_gold"] = bool(gold) and gold <= {h.seq for h in ev.hits}
+            rec["n_gold"] = len(gold)
             rec["routers"] = {}
             for rt in rts:
                 ledger = Ledger()
@@ -84,14 +87,15 @@ def auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
     return wins / (len(pos) * len(neg))
 
 
-Pick = Callable[[dict[str, Any]], tuple[dict[str, Any], float, float, bool]]
-"""Chooses, for one question record, (result, extra ms, extra cost, stopped early)."""
+Pick = Callable[[dict[str, Any]], tuple[dict[str, Any], float, float, bool, int]]
+"""Chooses, for one question record, (result, extra ms, extra cost, stopped early, extra tokens):
+the extras are the router's."""
 
 
 def _row(recs: list[dict[str, Any]], pick: Pick) -> dict[str, float | None]:
     f1 = judge_sum = judged = t_mem = t_e2e = tokens = cost = early = 0.0
     for rec in recs:
-        res, extra_ms, extra_cost, is_early = pick(rec)
+        res, extra_ms, extra_cost, is_early, extra_tokens = pick(rec)
         rc = res["receipt"]
         f1 += res["f1"]
         if res.get("judge") is not None:
@@ -99,7 +103,7 @@ def _row(recs: list[dict[str, Any]], pick: Pick) -> dict[str, float | None]:
             judged += 1
         t_mem += rc["t_mem_ms"] + extra_ms
         t_e2e += rc["t_e2e_ms"] + extra_ms
-        tokens += rc["input_tokens"] + rc["output_tokens"]
+        tokens += rc["input_tokens"] + rc["output_tokens"] + extra_tokens
         cost += rc["cost_usd"] + extra_cost
         early += 1.0 if is_early else 0.0
     n = max(len(recs), 1)
@@ -109,17 +113,17 @@ def _row(recs: list[dict[str, Any]], pick: Pick) -> dict[str, float | None]:
 
 
 def _auto_pick(name: str, tau: float) -> Pick:
-    def pick(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool]:
+    def pick(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool, int]:
         d = r["routers"][name]
         early = d["ok"] and d["score"] >= tau
-        return (r["fast"] if early else r["deep"]), d["ms"], d["cost_usd"], early
+        return (r["fast"] if early else r["deep"]), d["ms"], d["cost_usd"], early, d.get("tokens", 0)
     return pick
 
 
-def _oracle(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool]:
+def _oracle(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool, int]:
     """The best of the two paths per question (fast on a tie): what a perfect router earns."""
     early = r["fast"]["f1"] >= r["deep"]["f1"]
-    return (r["fast"] if early else r["deep"]), 0.0, 0.0, early
+    return (r["fast"] if early else r["deep"]), 0.0, 0.0, early, 0
 
 
 ORACLE = "oracle (best path per question)"
@@ -132,8 +136,8 @@ MIN_SPEEDUP = 0.2
 def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = None) -> dict[str, Any]:
     recs = [r for r in read_results(path) if keys is None or r["key"] in keys]
     out: dict[str, Any] = {"n": len(recs), "rows": {}, "auc": {}, "compare": [], "acceptance": {}}
-    picks: dict[str, Pick] = {"fast": lambda r: (r["fast"], 0.0, 0.0, True),
-                              "deep": lambda r: (r["deep"], 0.0, 0.0, False)}
+    picks: dict[str, Pick] = {"fast": lambda r: (r["fast"], 0.0, 0.0, True, 0),
+                              "deep": lambda r: (r["deep"], 0.0, 0.0, False, 0)}
     names = sorted({n for r in recs for n in r["routers"]})
     for name in names:
         for tau in taus:
@@ -141,14 +145,19 @@ def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = 
     picks[ORACLE] = _oracle
     for run_name, pick in picks.items():
         out["rows"][run_name] = _row(recs, pick)
+    # Labels only where they are known: a failed judge verdict, or a question whose gold
+    # evidence is not in the store, says nothing about the router.
+    judged = [r for r in recs if r["fast"].get("judge") is not None]
+    with_gold = [r for r in recs if r.get("n_gold", 1) > 0]
     for name in names:
-        scores = [r["routers"][name]["score"] for r in recs]
+        def scored(rs: list[dict[str, Any]], name: str = name) -> list[float]:
+            return [r["routers"][name]["score"] for r in rs]
         out["auc"][name] = {
-            "fast_correct_f1>=0.5": auc(scores, [r["fast"]["f1"] >= 0.5 for r in recs]),
-            "fast_judged_correct": (
-                auc(scores, [(r["fast"].get("judge") or 0) >= 1.0 for r in recs])
-                if any(r["fast"].get("judge") is not None for r in recs) else None),
-            "prefix_has_all_gold": auc(scores, [r["prefix_has_all_gold"] for r in recs]),
+            "fast_correct_f1>=0.5": auc(scored(recs), [r["fast"]["f1"] >= 0.5 for r in recs]),
+            "fast_judged_correct": (auc(scored(judged), [r["fast"]["judge"] >= 1.0 for r in judged])
+                                    if judged else None),
+            "prefix_has_all_gold": auc(scored(with_gold),
+                                       [r["prefix_has_all_gold"] for r in with_gold]),
         }
 
     def f1s(pick: Pick) -> list[float]:

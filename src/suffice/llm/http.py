@@ -225,14 +225,17 @@ class OpenAIHTTP:
                 endpoint=url,
                 status=resp.status_code,
             )
+        return data
+
+    def _first_choice(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The first choice of a decoded reply. Checked after the body is in hand, so a failed
+        call can still be billed from the body's usage."""
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise ProviderError(
-                f"{url} returned no choices: {str(data)[:200]}",
-                endpoint=url,
-                status=resp.status_code,
-            )
-        return data
+            raise ProviderError(f"{self.chat_url} returned no choices: {str(data)[:200]}",
+                                endpoint=self.chat_url, status=200)
+        choice: dict[str, Any] = choices[0]
+        return choice
 
     # -- bookkeeping ----------------------------------------------------------------------
 
@@ -296,7 +299,7 @@ class OpenAIHTTP:
         data: dict[str, Any] = {}
         try:
             data = self._post(payload)
-            choice = data["choices"][0]
+            choice = self._first_choice(data)
             message = choice.get("message")
             if isinstance(message, dict):
                 text = message.get("content") or ""
@@ -346,7 +349,7 @@ class OpenAIHTTP:
         data: dict[str, Any] = {}
         try:
             data = self._post(payload)
-            top = self._top_logprobs(data["choices"][0])
+            top = self._top_logprobs(self._first_choice(data))
             probs = _group_probs(top, choices)
             if probs is None:
                 seen = ", ".join(repr(t) for t, _ in top[:8])
