@@ -94,3 +94,31 @@ def test_paired_bootstrap_brackets_the_mean_difference():
     assert paired_bootstrap([2.0] * 5, [1.0] * 5) == (1.0, 1.0, 1.0)
     with pytest.raises(ValueError):
         paired_bootstrap([1.0], [1.0, 2.0])
+
+
+def test_verify_runs_auto_for_real_and_matches_the_composed_records(tmp_path, memory):
+    """run() records fast and deep; verify() runs auto and must agree with them."""
+    from suffice.bench.progressive import run, verify
+    from suffice.bench.qa import QAItem
+    from suffice.datasets.locomo import LocomoQuestion
+    from suffice.llm import ScriptedLLM
+
+    def respond(messages):
+        if "reading one excerpt" in messages[0]["content"]:
+            return "[2025-04-11] Dana: We adopted a grey cat from the shelter last weekend. Her name is Figo."
+        return "<answer>Figo</answer>" if "Figo" in messages[-1]["content"] else "<answer>no idea</answer>"
+    llm = ScriptedLLM(respond, probs={"yes": 0.5, "no": 0.5})
+    items = [QAItem(f"dana#{i}", "dana", i, LocomoQuestion(q, "Figo", 4, ()))
+             for i, q in enumerate(["What is the name of Dana's cat?", "Kyoto trip when?",
+                                    "Where did Dana go in November?"])]
+    out = tmp_path / "p.jsonl"
+    run(memory, llm, items, out, budget=600, gold_seqs=lambda item: set())
+    v = verify(memory, llm, items, out, n=3, tau=0.5, budget=600)
+    assert v["n"] == 3 and v["same_path"] == 3 and v["same_answer"] == 3 and not v["mismatches"]
+    # A record that no longer matches what the code does is reported.
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    for r in recs:
+        r["fast"]["answer"] = r["deep"]["answer"] = "stale"
+    out.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    v = verify(memory, llm, items, out, n=3, tau=0.5, budget=600)
+    assert v["same_answer"] == 0 and len(v["mismatches"]) == 3

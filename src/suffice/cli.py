@@ -335,6 +335,9 @@ def bench_progressive(
     plot: Annotated[Path | None, typer.Option(help="Quality-vs-latency PNG.")
                     ] = Path("docs/progressive_locomo.png"),
     json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    verify: Annotated[int, typer.Option(
+        help="Also run auto for real on N recorded questions and check it matches the table.")] = 0,
+    verify_tau: Annotated[float, typer.Option(help="Threshold for --verify (signals router).")] = 0.7,
 ) -> None:
     """Fast, deep and auto(tau): F1, early-termination rate, T_mem, T_e2e, tokens, cost, router AUC."""
     with errors():
@@ -359,6 +362,13 @@ def bench_progressive(
             progressive.run(mem, llm, items, out_path, budget=budget, gold_seqs=gold,
                             judge_llm=llm if use_judge else None, progress=advance)
         summary = progressive.summarize(out_path, tau_list, {i.key for i in items})
+        if verify > 0:
+            summary["verify"] = progressive.verify(mem, llm, items, out_path, n=verify,
+                                                   tau=verify_tau, budget=budget)
+            v = summary["verify"]
+            out.print(f"verify: auto[{v['router']}] tau={v['tau']} run for real on {v['n']} "
+                      f"questions: {v['same_path']} took the recorded path, {v['same_answer']} "
+                      "gave the recorded answer", highlight=False)
         out.print(progressive.format_summary(summary), highlight=False, markup=False)
         if plot is not None:
             progressive.plot(summary, plot)

@@ -4,7 +4,7 @@ For every question the fast path and the deep path are each run once with the sa
 and every router scores the same prefix evidence once. ``auto(tau)`` takes the fast result when
 the router's score reaches tau and the deep result otherwise, adding the router's own time and
 cost: with greedy decoding an auto run makes exactly those calls, so this is what it would
-return (``--verify N`` re-runs auto for real on N questions and reports how many agree).
+return (``--verify N`` runs auto for real on N recorded questions and reports how many agree).
 Per-question records go to a JSONL file; a rerun resumes where it stopped.
 """
 
@@ -75,6 +75,38 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
             fh.flush()
             if progress:
                 progress(1)
+
+
+def verify(mem: Memory, llm: LLM, items: Sequence[QAItem], path: Path, *, n: int, tau: float,
+           budget: int, router: SufficiencyRouter | None = None) -> dict[str, Any]:
+    """Run auto(tau) for real on ``n`` recorded questions (spread over the run) and compare.
+
+    The table composes auto from the recorded fast and deep results; with greedy decoding a
+    real auto run must take the same path and give the same answer. A mismatch means the
+    composition is wrong, decoding is not deterministic, or the code changed since the
+    records were written.
+    """
+    rt = router or ScoreRouter()
+    recs = {r["key"]: r for r in read_results(path)}
+    done = [it for it in items if it.key in recs and rt.name in recs[it.key]["routers"]]
+    step = max(1, len(done) // max(n, 1))
+    chosen = done[::step][:n]
+    engine = Engine(mem, llm, router=rt)
+    out: dict[str, Any] = {"n": len(chosen), "tau": tau, "router": rt.name, "same_path": 0,
+                           "same_answer": 0, "mismatches": []}
+    for it in chosen:
+        rec = recs[it.key]
+        d = rec["routers"][rt.name]
+        want = "fast" if d["ok"] and d["score"] >= tau else "deep"
+        ans = engine.ask(it.q.question, scope=it.scope, mode="auto", tau=tau, budget=budget)
+        same_path = ans.receipt.path == want
+        same_answer = ans.text == rec[want]["answer"]
+        out["same_path"] += same_path
+        out["same_answer"] += same_answer
+        if not (same_path and same_answer):
+            out["mismatches"].append({"key": it.key, "path": ans.receipt.path, "expected_path": want,
+                                      "answer": ans.text, "recorded": rec[want]["answer"]})
+    return out
 
 
 def auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
