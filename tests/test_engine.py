@@ -75,26 +75,52 @@ def test_receipts_add_up(memory, mode):
     assert sum(p.tokens for p in r.parts) <= r.context_tokens
 
 
+def _note(block, lines):
+    from suffice.deep import AgentNote
+    return AgentNote(block, 10 * block, 10 * block + 9, "\n".join(lines), "", True, 1.0)
+
+
 def test_notes_share_the_budget_and_keep_whole_lines():
-    from suffice.deep import AgentNote, notes_text
+    from suffice.deep import notes_text
     from suffice.tokens import count_tokens
 
-    def note(block, lines):
-        return AgentNote(block, 10 * block, 10 * block + 9, "\n".join(lines), "", True, 1.0)
-    old = note(0, [f"old line {i} about the first trip to Kyoto in spring" for i in range(12)])
-    new = note(1, [f"new line {i} about the second trip to Osaka in autumn" for i in range(12)])
-    short = note(2, ["Figo is the cat."])
+    old = _note(0, [f"old line {i} about the first trip to Kyoto in spring" for i in range(12)])
+    new = _note(1, [f"new line {i} about the second trip to Osaka in autumn" for i in range(12)])
+    short = _note(2, ["Figo is the cat."])
     text, used = notes_text([old, new, short], 120)
     assert count_tokens(text) <= 120
     lines = text.splitlines()
     assert all(ln in old.notes or ln in new.notes or ln in short.notes for ln in lines)  # never cut
-    assert any(ln.startswith("old") for ln in lines) and any(ln.startswith("new") for ln in lines)
-    assert "Figo is the cat." in lines and lines == sorted(lines, key=lambda ln: (
-        0 if ln.startswith("old") else 1 if ln.startswith("new") else 2))  # time order kept
-    assert abs(used[0] - used[1]) <= 15 and sum(used.values()) <= 120  # fair shares
+    olds = [ln for ln in lines if ln.startswith("old")]
+    news = [ln for ln in lines if ln.startswith("new")]
+    assert "Figo is the cat." in lines and abs(len(olds) - len(news)) <= 1  # every block heard
+    assert lines == olds + news + ["Figo is the cat."]  # time order kept
+    assert sum(used.values()) <= count_tokens(text)
     # Under budget: everything, repeated lines once.
-    text, _ = notes_text([short, note(3, ["Figo is the cat.", "Dana lives in Kyoto."])], 1000)
+    text, _ = notes_text([short, _note(3, ["Figo is the cat.", "Dana lives in Kyoto."])], 1000)
     assert text.splitlines() == ["Figo is the cat.", "Dana lives in Kyoto."]
+
+
+def test_a_line_shared_by_overlapping_blocks_survives_a_tight_budget():
+    from suffice.deep import notes_text
+    from suffice.tokens import count_tokens
+
+    shared = "Dana: we fly to Kyoto on the 3rd."
+    a = _note(0, ["Dana: the cat is called Figo.", "Dana: I started a new job.", shared])
+    b = _note(1, [shared, "Dana: the flight was delayed."])
+    fits = (a.notes.splitlines()[0], shared, "Dana: the flight was delayed.")
+    budget = sum(count_tokens(x) + 1 for x in fits)
+    text, _ = notes_text([a, b], budget)
+    assert shared in text.splitlines() and text.count(shared) == 1
+
+
+def test_a_long_note_line_does_not_block_the_others():
+    from suffice.deep import notes_text
+
+    long = _note(0, ["word " * 300])
+    text, used = notes_text([long, _note(1, ["Figo is the cat."])], 50)
+    assert text == "Figo is the cat." and list(used) == [1]
+    assert notes_text([long], 50) == ("", {})
 
 
 def test_auto_stops_early_when_the_router_says_enough(memory):
@@ -116,6 +142,19 @@ def test_evidence_over_the_router_budget_goes_deep_and_says_why(memory):
     r = Engine(memory, reader(), router=ScoreRouter(input_budget=5)).ask(
         "Kyoto trip", scope="dana", mode="auto", tau=0.0).receipt
     assert r.path == "deep" and any("input budget" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 1.5, -0.1])
+def test_a_router_score_outside_0_1_sends_the_query_deep(memory, bad):
+    from suffice.route import RouterDecision
+
+    class Odd:
+        name, input_budget = "odd", 10_000
+
+        def score(self, query, evidence, *, ledger=None):
+            return RouterDecision(bad, "odd", 0.0)
+    r = Engine(memory, reader(), router=Odd()).ask("Kyoto trip", scope="dana", mode="auto").receipt
+    assert r.path == "deep" and any("not a score in [0, 1]" in n for n in r.notes)
 
 
 def test_a_crashing_router_sends_the_query_deep(memory):
@@ -215,12 +254,41 @@ def test_agent_notes_must_be_copied_from_the_block(memory):
     assert grounded_lines(out, block, 0.6) == ["[2025-04-11] Dana: Her name is Figo."]
 
 
+def test_llm_aggregator_receipt_adds_up(memory):
+    def respond(messages):
+        if "reading one excerpt" in messages[0]["content"]:
+            return "[2025-04-11] Dana: We adopted a grey cat from the shelter last weekend. Her name is Figo."
+        return "CONFLICTS: none\n<answer>Figo</answer>"
+    r = Engine(memory, ScriptedLLM(respond), aggregator="llm").ask(
+        "What is the name of Dana's cat?", scope="dana", mode="deep").receipt
+    assert r.path == "deep" and r.parts
+    assert sum(p.tokens for p in r.parts) <= r.context_tokens
+    assert r.t_mem_ms == pytest.approx(sum(v for k, v in r.stages_ms.items() if k != "aggregate"))
+
+
+def test_a_failed_aggregation_counts_as_memory_work(memory):
+    calls = {"n": 0}
+
+    def respond(messages):
+        if "reading one excerpt" in messages[0]["content"]:
+            return "[2025-04-11] Dana: We adopted a grey cat from the shelter last weekend. Her name is Figo."
+        calls["n"] += 1
+        if calls["n"] == 1:  # the deep path's answer call
+            raise ProviderError("HTTP 500", endpoint="x", status=500)
+        return "<answer>Figo</answer>"
+    r = Engine(memory, ScriptedLLM(respond)).ask("What is the name of Dana's cat?", scope="dana",
+                                                  mode="deep").receipt
+    assert r.path == "fast" and r.degraded and "aggregate" in r.stages_ms
+    assert r.t_mem_ms == pytest.approx(sum(v for k, v in r.stages_ms.items() if k != "answer"))
+
+
 def test_aggregate_parsing_is_lenient():
     assert split_aggregate("CONFLICTS: none\n<answer>Lisbon</answer>") == ("Lisbon", "")
     assert split_aggregate("CONFLICTS: moved from Porto to Lisbon\nLisbon") == (
         "Lisbon", "moved from Porto to Lisbon")
-    listed = "CONFLICTS:\n- lived in Porto, then Lisbon\n- cat was Miso, now Figo\n<answer>Lisbon</answer>"
+    listed = "CONFLICTS:\n\n- lived in Porto, then Lisbon\n- cat was Miso, now Figo\n<answer>Lisbon</answer>"
     assert split_aggregate(listed) == ("Lisbon", "lived in Porto, then Lisbon; cat was Miso, now Figo")
+    assert split_aggregate("CONFLICTS: none\n- Lisbon") == ("- Lisbon", "")
 
 
 @pytest.mark.parametrize("budget", [0, 60, 120])

@@ -98,6 +98,10 @@ def test_judge_file_keeps_failed_verdicts_apart(tmp_path) -> None:
     path.write_text(json.dumps({"key": "a", "question": "Q?", "gold": "x", "answer": "y"}) + "\n")
     counts = judge_file(path, ScriptedLLM([ProviderError("down", endpoint="x")] * 3))
     rec = json.loads(path.read_text())
-    assert counts["failed"] == 1 and rec["judge"] is None and "judge failed" in rec["judge_reason"]
+    assert counts["failed"] == 1 and rec["judge"] is None and "judge failed" in rec["judge_error"]
     # A rerun tries the failed verdict again.
     assert judge_file(path, ScriptedLLM('{"score": 1}'))["judged"] == 1
+    # A failing second judge keeps the verdict already there.
+    judge_file(path, ScriptedLLM([ProviderError("down", endpoint="x")] * 3, model="other"))
+    rec = json.loads(path.read_text())
+    assert rec["judge"] == 1.0 and rec["judge_model"] == "scripted" and "other" in rec["judge_error"]

@@ -243,6 +243,6 @@ class Memory:
         counts = {}
         for conv in convs:
             before = self.store.max_seq(conv.scope)
-            self.add(list(conv.items), scope=conv.scope, progress=progress)
-            counts[conv.scope] = self.store.max_seq(conv.scope) - before
+            stored = self.add(list(conv.items), scope=conv.scope, progress=progress)
+            counts[conv.scope] = sum(1 for it in stored if it.seq > before)
         return counts

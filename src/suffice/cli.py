@@ -294,8 +294,8 @@ def bench_judge(
     results: Annotated[Path, typer.Argument(help="A bench qa or progressive JSONL to grade.")],
     provider: ProviderOpt = "local",
     model: Annotated[str | None, typer.Option(
-        help="Judge model: a shipped name, a GGUF path, or the server's model for http.")
-    ] = "qwen2.5-1.5b",
+        help="Judge model: a shipped name or GGUF path (local; default qwen2.5-1.5b), or the "
+        "server's model name (http; default $SUFFICE_LLM_MODEL).")] = None,
     base_url: BaseUrlOpt = None,
 ) -> None:
     """Grade every answer of a results file with an LLM judge, in place and resumably.
@@ -307,6 +307,8 @@ def bench_judge(
         if not results.is_file():
             fail(f"no results file at {results}")
         from .bench.judge import judge_file
+        if model is None and provider == "local":
+            model = "qwen2.5-1.5b"
         llm = make_reader(provider, model, base_url)
         n = sum(1 for line in results.read_text(encoding="utf-8").splitlines() if line.strip())
         with progress_bar("judging", n) as advance:

@@ -17,7 +17,7 @@ from .errors import ProviderError
 from .llm.base import LLM, CallRecord, Ledger
 from .prompts import BLOCK_NONE, block_agent_messages
 from .text import words
-from .tokens import count_tokens, fill_in_order, truncate
+from .tokens import count_tokens, truncate
 from .types import Block, Hit, Item
 from .views import ScopeViews
 
@@ -161,33 +161,37 @@ def run_agents(agent: MemoryAgent, question: str, blocks: Sequence[ChosenBlock],
 def notes_text(notes: Sequence[AgentNote], budget: int) -> tuple[str, dict[int, int]]:
     """Relevant notes in time order within ``budget`` tokens, and the tokens each block got.
 
-    Repeated lines (overlapping blocks copy the same turn) appear once. When the notes do not
-    fit, every block gets an equal share, whatever a block leaves unused passes to the others,
-    and lines are kept or dropped whole: neither the oldest nor the newest notes are cut off.
+    Lines are dealt out round by round: each block, oldest first, gets its next line while it
+    fits what is left, so every block is heard before any block's later lines and no line is
+    cut. A line copied by two overlapping blocks is kept once, where it is first taken.
     """
-    seen: set[str] = set()
-    per_block: list[tuple[int, list[tuple[str, int]]]] = []
+    queues: list[tuple[int, list[str]]] = []
     for n in notes:
         if not n.relevant:
             continue
-        lines = []
-        for line in n.notes.splitlines():
-            if line not in seen:
-                seen.add(line)
-                lines.append(line)
+        lines = [ln for ln in n.notes.splitlines() if ln.strip()]
         if n.answer:
             lines.append(f"(reader of items {n.first_seq}-{n.last_seq} suggests: {n.answer})")
-        per_block.append((n.block, [(ln, count_tokens(ln) + 1) for ln in lines]))
-    kept: dict[int, list[str]] = {b: [] for b, _ in per_block}
-    used: dict[int, int] = {b: 0 for b, _ in per_block}
+        queues.append((n.block, lines))
+    kept: dict[int, list[str]] = {b: [] for b, _ in queues}
+    taken: set[str] = set()
     left = budget
-    # Smallest first, so a block that needs less than its share hands the rest on.
-    by_size = sorted(per_block, key=lambda bl: sum(c for _, c in bl[1]))
-    for i, (b, costed) in enumerate(by_size):
-        share = left // (len(by_size) - i)
-        for j in fill_in_order((c for _, c in costed), share):
-            kept[b].append(costed[j][0])
-            used[b] += costed[j][1]
-        left -= used[b]
-    text = "\n".join(line for b, _ in per_block for line in kept[b])
-    return text, {b: used[b] for b, _ in per_block if kept[b]}
+    pos = {b: 0 for b, _ in queues}
+    progress = True
+    while progress:
+        progress = False
+        for b, lines in queues:
+            while pos[b] < len(lines):
+                line = lines[pos[b]]
+                pos[b] += 1
+                progress = True
+                if line in taken:
+                    continue  # the same turn, copied by an overlapping block
+                cost = count_tokens(line) + 1
+                if cost <= left:  # else it never will fit: ``left`` only shrinks
+                    kept[b].append(line)
+                    taken.add(line)
+                    left -= cost
+                break  # one line per block per round
+    text = "\n".join(line for b, _ in queues for line in kept[b])
+    return text, {b: count_tokens("\n".join(kept[b])) for b, _ in queues if kept[b]}

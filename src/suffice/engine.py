@@ -226,10 +226,14 @@ class Engine:
             return RouterDecision(0.0, f"evidence of {n} tokens exceeds the router's input budget "
                                   f"({self.router.input_budget}); going deep", 0.0, ok=False)
         try:
-            return self.router.score(question, evidence, ledger=ledger)
+            d = self.router.score(question, evidence, ledger=ledger)
         except Exception as exc:  # a pluggable router's bug must not sink the query
             return RouterDecision(0.0, f"router {self.router.name} failed "
                                   f"({type(exc).__name__}: {exc}); going deep", 0.0, ok=False)
+        if d.ok and not (isinstance(d.score, int | float) and 0.0 <= d.score <= 1.0):
+            return RouterDecision(0.0, f"router {self.router.name} gave {d.score!r}, not a "
+                                  "score in [0, 1]; going deep", d.latency_ms, ok=False)
+        return d
 
     def _answer(self, messages: list[Message], ledger: Ledger, stage: str,
                 raw: bool = False) -> tuple[str, bool]:
@@ -270,6 +274,9 @@ class Engine:
         cap = int(s.prompt_cap * budget)
         body, used = notes_text(agent_notes, cap // 2)
         receipts = _block_receipts(chosen, agent_notes, used)
+        if not body:
+            notes.append("no agent note fits the budget; the fast path answered")
+            return None, receipts
         parts: list[ContextPart] = [
             ContextPart("notice", None, tuple(range(n.first_seq, n.last_seq + 1)), used[n.block],
                         f"notes of block {n.block}") for n in relevant if n.block in used]
@@ -308,7 +315,8 @@ class Engine:
                 decision: RouterDecision | None, tau: float, blocks: tuple[BlockReceipt, ...],
                 degraded: bool, notes: list[str]) -> Answer:
         t_e2e = _ms(t0)
-        t_mem = sum(v for k, v in stages.items() if k not in ANSWER_STAGES)
+        writer = ANSWER_STAGE[path]
+        t_mem = sum(v for k, v in stages.items() if k != writer)
         receipt = Receipt(
             question=question, scope=scope, mode=mode, path=path, model=self.llm.model,
             hits=evidence.hits, context_tokens=context_tokens, parts=tuple(parts),
@@ -321,8 +329,9 @@ class Engine:
         return Answer(text=text, receipt=receipt, evidence=evidence.items)
 
 
-ANSWER_STAGES = ("answer", "aggregate")
-"""Stages that write the answer; every other stage counts as memory work (``t_mem_ms``)."""
+ANSWER_STAGE: dict[Path, str] = {"fast": "answer", "deep": "aggregate"}
+"""The stage that writes the answer on each path; every other stage, a failed deep attempt
+included, counts as memory work (``t_mem_ms``)."""
 
 
 def _block_receipts(chosen: Sequence[ChosenBlock], notes: Sequence[AgentNote],
@@ -348,24 +357,29 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNOREC
 def split_aggregate(text: str) -> tuple[str, str]:
     """(answer, conflicts) from the aggregator's reply, tolerant of a missing answer tag.
 
-    Conflicts sit on the ``CONFLICTS:`` line itself or in a bulleted list right after it;
-    "none" means there were none.
+    Conflicts sit on the ``CONFLICTS:`` line itself, or, when that line is empty, in the
+    bulleted list after it; "none" means there were none.
     """
     conflicts: list[str] = []
     lines: list[str] = []
-    in_conflicts = False
+    in_list = False  # after an empty "CONFLICTS:" line: a bulleted list follows
     for line in text.strip().splitlines():
         head, _, rest = line.partition(":")
         if head.strip().upper() == "CONFLICTS":
-            in_conflicts = True
-            line = rest
-        elif in_conflicts and not line.lstrip().startswith(("-", "*", "•")):
-            in_conflicts = False
-        if in_conflicts:
-            item = line.strip().lstrip("-*• ").strip()
-            if item and item.lower().rstrip(".") not in ("none", "none, or one line per conflict"):
-                conflicts.append(item)
+            rest = rest.strip()
+            in_list = not rest
+            if rest.lower().rstrip(".") not in ("", "none", "none, or one line per conflict"):
+                conflicts.append(rest)
             continue
+        if in_list:
+            if not line.strip():
+                continue
+            if line.lstrip().startswith(("-", "*", "•")):
+                item = line.strip().lstrip("-*• ").strip()
+                if item.lower().rstrip(".") != "none":
+                    conflicts.append(item)
+                continue
+            in_list = False
         lines.append(line)
     body = "\n".join(lines).strip()
     m = _ANSWER_TAG.search(body)

@@ -134,11 +134,14 @@ def judge_file(path: Path, llm: LLM, *, max_tokens: int = 10, save_every: int = 
                 continue
             v = judge(llm, str(rec.get("question", "")), rec.get("gold", ""), str(res["answer"]),
                       max_tokens=max_tokens)
-            res["judge"] = v.score if v.ok else None
-            res["judge_model"] = llm.model
-            res["judge_reason"] = v.reason[:200]
             judged += 1
-            failed += 0 if v.ok else 1
+            if v.ok:
+                res["judge"], res["judge_model"], res["judge_reason"] = v.score, llm.model, v.reason[:200]
+                res.pop("judge_error", None)
+            else:  # keep whatever verdict was there; a rerun tries again
+                res.setdefault("judge", None)
+                res["judge_error"] = f"{llm.model}: {v.reason[:200]}"
+                failed += 1
         for res in _answers(rec):
             if res.get("judge") is not None:
                 total += res["judge"]
