@@ -88,6 +88,9 @@ class Settings:
     """N_max: anchors plus temporal neighbours are capped at this count."""
     concurrency: int = 4
     """Deep-path memory agents run at most this many at once."""
+    notes_share: float = 0.5
+    """Share of the deep reader's context given to the agents' notes; the fast path's context
+    fills the rest."""
     reader_budget: int = 1000
     """Token budget of the reader's context; LoCoMo evidence fits in ~1k, and a small CPU
     model reads ~130 tokens/s, so every 1k tokens costs about 8 s."""
@@ -104,7 +107,7 @@ class Settings:
         if self.block_stride > self.block_tokens:
             raise ConfigError("block_stride must not exceed block_tokens (blocks would leave gaps)")
         for name in ("prompt_cap", "timeline_share", "link_discount", "tau", "bm25_weight",
-                     "recent_share", "seed_hit_weight"):
+                     "recent_share", "seed_hit_weight", "notes_share"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"setting {name} must lie in [0, 1], got {value!r}")

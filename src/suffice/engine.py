@@ -272,7 +272,7 @@ class Engine:
             notes.append("no block agent returned relevant notes; the fast path answered")
             return None, _block_receipts(chosen, agent_notes, {})
         cap = int(s.prompt_cap * budget)
-        body, used = notes_text(agent_notes, cap // 2)
+        body, used = notes_text(agent_notes, int(cap * s.notes_share))
         receipts = _block_receipts(chosen, agent_notes, used)
         if not body:
             notes.append("no agent note fits the budget; the fast path answered")
