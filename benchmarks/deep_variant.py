@@ -1,0 +1,89 @@
+"""Re-run only the deep path of a finished ``bench progressive`` run under other settings.
+
+The progressive run records fast and deep per question; a change to the deep path alone
+(e.g. ``notes_share``) does not need fast again. This runs deep with the overrides on the same
+questions, store and reader, writes per-question JSONL (resumable), and compares F1 with the
+recorded fast and deep results, paired by question.
+
+    python benchmarks/deep_variant.py --runs runs/progressive_locomo.jsonl \
+        --set notes_share=0.25 --out runs/deep_notes025.jsonl --json docs/results/deep_notes025.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from suffice import Memory
+from suffice.bench.metrics import score_locomo
+from suffice.bench.qa import load_done, open_append, read_results, receipt_summary
+from suffice.bench.report import envelope, paired_bootstrap, write_json
+from suffice.engine import Engine
+from suffice.llm import make_llm
+
+
+def parse_sets(pairs: list[str], base: Any) -> Any:
+    """``name=value`` overrides applied to ``base`` (a Settings), typed like the field."""
+    changes: dict[str, Any] = {}
+    for pair in pairs:
+        name, _, raw = pair.partition("=")
+        current = getattr(base, name)  # AttributeError names an unknown setting
+        changes[name] = type(current)(raw)
+    return dataclasses.replace(base, **changes)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=Path, default=Path("runs/progressive_locomo.jsonl"))
+    ap.add_argument("--store", type=Path, default=Path("runs/locomo.db"))
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="name=value")
+    ap.add_argument("--budget", type=int, default=1000)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+
+    recs = {r["key"]: r for r in read_results(args.runs)}
+    mem = Memory(args.store)
+    settings = parse_sets(args.sets, mem.settings)
+    engine = Engine(mem, make_llm("local"))
+    done = {k for _, k in load_done(args.out)}
+    with open_append(args.out) as fh:
+        for key, rec in recs.items():
+            if key in done:
+                continue
+            scope = key.split("#")[0]
+            ans = engine.ask(rec["question"], scope=scope, mode="deep", budget=args.budget,
+                             settings=settings)
+            out = {"variant": "deep-variant", "key": key, "answer": ans.text,
+                   "f1": score_locomo(ans.text, rec["gold"], rec["category"]),
+                   "receipt": receipt_summary(ans.receipt)}
+            fh.write(json.dumps(out, ensure_ascii=False) + "\n")
+            fh.flush()
+            print(key, round(out["f1"], 2), rec["deep"]["answer"][:30], "->", ans.text[:30], flush=True)
+
+    variant = {r["key"]: r for r in read_results(args.out)}
+    keys = [k for k in recs if k in variant]
+    v = [100 * variant[k]["f1"] for k in keys]
+    fast = [100 * recs[k]["fast"]["f1"] for k in keys]
+    deep = [100 * recs[k]["deep"]["f1"] for k in keys]
+    results = {
+        "n": len(keys), "overrides": args.sets,
+        "f1": {"variant": statistics.fmean(v), "fast": statistics.fmean(fast),
+               "deep": statistics.fmean(deep)},
+        "t_e2e_ms": {"variant": statistics.fmean(variant[k]["receipt"]["t_e2e_ms"] for k in keys),
+                     "deep": statistics.fmean(recs[k]["deep"]["receipt"]["t_e2e_ms"] for k in keys)},
+        "variant_minus_fast": paired_bootstrap(v, fast),
+        "variant_minus_deep": paired_bootstrap(v, deep),
+    }
+    print(json.dumps(results, indent=2))
+    if args.json:
+        write_json(args.json, envelope("deep-variant", "locomo", str(args.runs),
+                                       dataclasses.asdict(settings), results))
+
+
+if __name__ == "__main__":
+    main()
