@@ -370,7 +370,7 @@ def bench_progressive(
             v = summary["verify"]
             out.print(f"verify: auto[{v['router']}] tau={v['tau']} run for real on {v['n']} "
                       f"questions: {v['same_path']} took the recorded path, {v['same_answer']} "
-                      "gave the recorded answer", highlight=False)
+                      "gave the recorded answer", highlight=False, markup=False)
         out.print(progressive.format_summary(summary), highlight=False, markup=False)
         if plot is not None:
             progressive.plot(summary, plot)

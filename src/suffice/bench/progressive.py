@@ -285,8 +285,11 @@ def plot(s: dict[str, Any], png: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     rows = s["rows"]
-    for name in ("fast", "deep"):
-        ax.scatter(rows[name]["t_e2e_ms"] / 1e3, rows[name]["f1"], s=60, label=name, zorder=3)
+    for name, marker, color in (("fast", "s", "black"), ("deep", "D", "tab:red"),
+                                (ORACLE, "*", "tab:green")):
+        if name in rows:
+            ax.scatter(rows[name]["t_e2e_ms"] / 1e3, rows[name]["f1"], s=90, marker=marker,
+                       color=color, label=name, zorder=3)
     routers_seen = sorted({k[len("auto["):k.index("]")] for k in rows if k.startswith("auto[")})
     for rt in routers_seen:
         pts = sorted((float(k.split("tau=")[1]), v) for k, v in rows.items()
