@@ -177,8 +177,8 @@ class Engine:
         path: Path = "fast" if mode == "fast" else "deep"
         if mode == "auto":
             if self.router is None:
-                # The default is the retrieval-signal router: no model call, and on LoCoMo the
-                # better of the two untrained routers (docs/benchmarks.md).
+                # The default is the retrieval-signal router: no model call (the 0.5B LM router
+                # costs ~3 s a query) and on LoCoMo it ranks no worse (docs/benchmarks.md §5).
                 self.router = ScoreRouter()
             t = time.perf_counter()
             decision = self._route(question, evidence, ledger)
