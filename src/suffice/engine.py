@@ -22,7 +22,7 @@ from .llm.base import LLM, CallRecord, Ledger, Message
 from .llm.parse import extract_answer
 from .prompts import Style, aggregate_messages, answer_messages, choose_style, deep_context
 from .render import render_context
-from .route.sufficiency import RouterDecision, ScoreRouter, SufficiencyRouter
+from .route.sufficiency import RouterDecision, ScoreRouter, SufficiencyRouter, over_budget
 from .tokens import count_tokens, fill_in_order
 from .types import ContextPart, Evidence, Hit, Item
 
@@ -118,7 +118,9 @@ class Engine:
                  aggregator: Literal["reader", "llm"] = "reader", answer_max_tokens: int = 48) -> None:
         self.memory = memory
         self.llm = llm
-        self.router = router
+        # Without a router, auto uses the retrieval-signal router: no model call (the 0.5B LM
+        # router costs ~3 s a query) and on LoCoMo it ranks no worse (docs/benchmarks.md §5).
+        self.router: SufficiencyRouter = router or ScoreRouter()
         self.agent = agent or LLMBlockReader(llm)
         self.context = context
         self.aggregator = aggregator
@@ -176,10 +178,6 @@ class Engine:
         decision: RouterDecision | None = None
         path: Path = "fast" if mode == "fast" else "deep"
         if mode == "auto":
-            if self.router is None:
-                # The default is the retrieval-signal router: no model call (the 0.5B LM router
-                # costs ~3 s a query) and on LoCoMo it ranks no worse (docs/benchmarks.md §5).
-                self.router = ScoreRouter()
             t = time.perf_counter()
             decision = self._route(question, evidence, ledger)
             stages["router"] = _ms(t)
@@ -220,11 +218,9 @@ class Engine:
 
     def _route(self, question: str, evidence: Evidence, ledger: Ledger) -> RouterDecision:
         """The router's decision; over its input budget or on any failure, ``ok=False`` (deep)."""
-        assert self.router is not None
-        n = count_tokens(evidence.text)
-        if n > self.router.input_budget:
-            return RouterDecision(0.0, f"evidence of {n} tokens exceeds the router's input budget "
-                                  f"({self.router.input_budget}); going deep", 0.0, ok=False)
+        refused = over_budget(count_tokens(evidence.text), self.router.input_budget)
+        if refused is not None:
+            return refused
         try:
             d = self.router.score(question, evidence, ledger=ledger)
         except Exception as exc:  # a pluggable router's bug must not sink the query
@@ -321,7 +317,7 @@ class Engine:
             question=question, scope=scope, mode=mode, path=path, model=self.llm.model,
             hits=evidence.hits, context_tokens=context_tokens, parts=tuple(parts),
             calls=tuple(ledger.records), stages_ms=dict(stages), t_mem_ms=t_mem, t_e2e_ms=t_e2e,
-            router=self.router.name if (self.router is not None and decision is not None) else "",
+            router=self.router.name if decision is not None else "",
             router_score=decision.score if decision else None,
             tau=tau if decision else None, router_reason=decision.reason if decision else "",
             blocks=blocks, degraded=degraded, notes=tuple(notes),

@@ -1,5 +1,5 @@
 """Decisions: whether the prefix evidence suffices, and (later) which tier each module runs."""
 
-from .sufficiency import LMRouter, RouterDecision, ScoreRouter, SufficiencyRouter
+from .sufficiency import LMRouter, RouterDecision, ScoreRouter, SufficiencyRouter, over_budget
 
-__all__ = ["LMRouter", "RouterDecision", "ScoreRouter", "SufficiencyRouter"]
+__all__ = ["LMRouter", "RouterDecision", "ScoreRouter", "SufficiencyRouter", "over_budget"]

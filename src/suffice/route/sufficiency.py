@@ -46,6 +46,19 @@ class SufficiencyRouter(Protocol):
         ...
 
 
+def over_budget(evidence_tokens: int, input_budget: int, latency_ms: float = 0.0
+                ) -> RouterDecision | None:
+    """The "go deep" decision for evidence over a router's input budget, else None.
+
+    One rule for every router: the engine applies it before any router runs, and a router that
+    reads text with a model applies it itself when called directly.
+    """
+    if evidence_tokens <= input_budget:
+        return None
+    return RouterDecision(0.0, f"evidence of {evidence_tokens} tokens exceeds the router's input "
+                          f"budget ({input_budget}); going deep", latency_ms, ok=False)
+
+
 class LMRouter:
     """Zero-shot: P(yes) / (P(yes) + P(no)) over yes/no token variants, one forward pass."""
 
@@ -58,10 +71,9 @@ class LMRouter:
     def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None) -> RouterDecision:
         t0 = time.perf_counter()
         text = evidence.text
-        n = count_tokens(text)
-        if n > self.input_budget:
-            return RouterDecision(0.0, f"evidence of {n} tokens exceeds the router's input budget "
-                                       f"({self.input_budget}); going deep", _ms(t0), ok=False)
+        refused = over_budget(count_tokens(text), self.input_budget, _ms(t0))
+        if refused is not None:
+            return refused
         try:
             probs = self.llm.choice_probs(sufficiency_messages(query, text), YES_NO,
                                           stage="router", ledger=ledger)
