@@ -20,8 +20,8 @@ from typing import Any
 
 from suffice import Memory
 from suffice.bench.metrics import score_locomo
-from suffice.bench.qa import load_done, open_append, read_results, receipt_summary
-from suffice.bench.report import envelope, paired_bootstrap, write_json
+from suffice.bench.qa import load_done, open_append, receipt_summary
+from suffice.bench.report import envelope, paired_bootstrap, read_results, write_json
 from suffice.engine import Engine
 from suffice.llm import make_llm
 

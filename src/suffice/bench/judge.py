@@ -9,7 +9,6 @@ which the report counts separately.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from ..errors import OutputParseError
 from ..llm.base import LLM, Ledger
 from ..llm.parse import ask_parsed, extract_json
 from ..prompts import JUDGE_FORMAT, judge_messages
+from .report import read_results, write_text_atomic
 
 ALLOWED_SCORES = (0.0, 0.5, 1.0)
 _LOOSE_SCORE = re.compile(r"\bscore\b\W{0,4}(0\.5|1(?:\.0)?|0(?:\.0)?)(?![\d.])", re.I)
@@ -111,21 +111,11 @@ def judge_file(path: Path, llm: LLM, *, max_tokens: int = 10, save_every: int = 
     benchmark appends to ``path``.
     The verdict only needs the score, which the judge writes first, so ``max_tokens`` is small.
     """
-    lines = path.read_text(encoding="utf-8").splitlines()
-    recs: list[dict[str, Any]] = []
-    for line in lines:
-        try:
-            recs.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill: the benchmark redoes that question
+    recs = list(read_results(path))  # a line cut by a kill is dropped: its benchmark redoes it
     judged = failed = skipped = 0
-    total = 0.0
 
     def save() -> None:
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs),
-                       encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
 
     for i, rec in enumerate(recs):
         for res in _answers(rec):
@@ -142,17 +132,14 @@ def judge_file(path: Path, llm: LLM, *, max_tokens: int = 10, save_every: int = 
                 res.setdefault("judge", None)
                 res["judge_error"] = f"{llm.model}: {v.reason[:200]}"
                 failed += 1
-        for res in _answers(rec):
-            if res.get("judge") is not None:
-                total += res["judge"]
         if (i + 1) % save_every == 0:
             save()
         if progress:
             progress(1)
     save()
-    graded = sum(1 for r in recs for res in _answers(r) if res.get("judge") is not None)
+    scores = [res["judge"] for r in recs for res in _answers(r) if res.get("judge") is not None]
     return {"records": len(recs), "judged": judged, "failed": failed, "skipped": skipped,
-            "mean_judge": 100 * total / graded if graded else 0.0}
+            "mean_judge": 100 * sum(scores) / len(scores) if scores else 0.0}
 
 
 __all__ = ["ALLOWED_SCORES", "JudgeVerdict", "judge", "judge_file", "parse_verdict"]

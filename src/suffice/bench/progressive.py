@@ -22,8 +22,8 @@ from ..llm.base import LLM, Ledger
 from ..route.sufficiency import LMRouter, ScoreRouter, SufficiencyRouter
 from .judge import judge
 from .metrics import score_locomo
-from .qa import QAItem, load_done, open_append, read_results, receipt_summary
-from .report import markdown_table, paired_bootstrap
+from .qa import QAItem, load_done, open_append, receipt_summary
+from .report import markdown_table, paired_bootstrap, read_results
 
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -98,10 +98,10 @@ def verify(mem: Memory, llm: LLM, items: Sequence[QAItem], path: Path, *, n: int
     engine = Engine(mem, llm, router=rt)
     out: dict[str, Any] = {"n": len(chosen), "tau": tau, "router": rt.name, "same_path": 0,
                            "same_answer": 0, "mismatches": []}
+    pick = _auto_pick(rt.name, tau)
     for it in chosen:
         rec = recs[it.key]
-        d = rec["routers"][rt.name]
-        want = "fast" if d["ok"] and d["score"] >= tau else "deep"
+        want = "fast" if pick(rec)[3] else "deep"
         ans = engine.ask(it.q.question, scope=it.scope, mode="auto", tau=tau, budget=budget)
         same_path = ans.receipt.path == want
         same_answer = ans.text == rec[want]["answer"]

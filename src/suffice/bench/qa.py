@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,7 +28,7 @@ from ..prompts import answer_messages, choose_style, no_memory_messages
 from ..tokens import count_tokens
 from .judge import judge
 from .metrics import exact_match, score_locomo
-from .report import markdown_table, percentile
+from .report import markdown_table, percentile, read_results
 
 VARIANTS = ("fast", "render", "recency", "no-memory")
 CATEGORIES = (1, 2, 3, 4)
@@ -177,14 +177,6 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], variants: Sequence[str],
                 fh.flush()
             if progress is not None:
                 progress(1)
-
-
-def read_results(path: Path) -> Iterator[dict[str, Any]]:
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            continue
 
 
 def summarize(path: Path, keys: set[str] | None = None) -> dict[str, Any]:

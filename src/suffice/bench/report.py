@@ -12,7 +12,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -48,12 +48,28 @@ def envelope(benchmark: str, dataset: str, data: str, settings: Any, results: An
     }
 
 
-def write_json(path: str | Path, doc: dict[str, Any]) -> None:
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place, so a kill
+    leaves either the old file or the new one, never half of one."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, p)
+
+
+def write_json(path: str | Path, doc: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def read_results(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of a per-question JSONL; a line cut by a kill is skipped (its question is
+    redone by the benchmark that wrote it)."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            continue
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
