@@ -7,6 +7,11 @@ recorded fast and deep results, paired by question.
 
     python benchmarks/deep_variant.py --runs runs/progressive_locomo.jsonl \
         --set notes_share=0.25 --out runs/deep_notes025.jsonl --json docs/results/deep_notes025.json
+
+When the fast path and the routers are unchanged and only the deep path's code changed,
+``--merge PATH`` writes the progressive records with their deep results replaced by this run's
+(judge fields dropped, so ``suffice bench judge PATH`` grades the new answers); ``suffice bench
+progressive --out PATH`` then summarises it like a fresh run.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 from suffice import Memory
 from suffice.bench.metrics import score_locomo
 from suffice.bench.qa import load_done, open_append, receipt_summary
-from suffice.bench.report import envelope, paired_bootstrap, read_results, write_json
+from suffice.bench.report import envelope, paired_bootstrap, read_results, write_json, write_text_atomic
 from suffice.engine import Engine
 from suffice.llm import make_llm
 
@@ -44,6 +49,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=1000)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--merge", type=Path, help="write progressive records with deep replaced")
     args = ap.parse_args()
 
     recs = {r["key"]: r for r in read_results(args.runs)}
@@ -56,6 +62,8 @@ def main() -> None:
             if key in done:
                 continue
             scope = key.split("#")[0]
+            if mem.embedder is not None:  # embedded up front, as the progressive run does
+                mem.embedder.embed_query(rec["question"])
             ans = engine.ask(rec["question"], scope=scope, mode="deep", budget=args.budget,
                              settings=settings)
             out = {"variant": "deep-variant", "key": key, "answer": ans.text,
@@ -80,6 +88,14 @@ def main() -> None:
         "variant_minus_deep": paired_bootstrap(v, deep),
     }
     print(json.dumps(results, indent=2))
+    if args.merge:
+        merged = []
+        for key, rec in recs.items():
+            if key in variant:
+                v = variant[key]
+                rec = {**rec, "deep": {"answer": v["answer"], "receipt": v["receipt"], "f1": v["f1"]}}
+            merged.append(json.dumps(rec, ensure_ascii=False))
+        write_text_atomic(args.merge, "\n".join(merged) + "\n")
     if args.json:
         write_json(args.json, envelope("deep-variant", "locomo", str(args.runs),
                                        dataclasses.asdict(settings), results))

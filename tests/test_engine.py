@@ -9,6 +9,7 @@ from suffice.deep import choose_blocks
 from suffice.engine import Engine, split_aggregate
 from suffice.llm import Price, ScriptedLLM
 from suffice.route import LMRouter, ScoreRouter
+from suffice.types import Item
 
 
 def reader(delay_s: float = 0.0) -> ScriptedLLM:
@@ -247,11 +248,25 @@ def test_llm_aggregator_flags_conflicts(memory):
     assert any("October became November" in n for n in ans.receipt.notes)
 
 
-def test_agent_notes_must_be_copied_from_the_block(memory):
-    from suffice.deep import grounded_lines
-    block = "[2025-04-11] Dana: We adopted a grey cat from the shelter. Her name is Figo."
+def _items(*texts: str) -> list[Item]:
+    return [Item(f"i{n}", "s", n, "s1", "Dana", "user", "message", "2025-04-11", t, {}, 10)
+            for n, t in enumerate(texts)]
+
+
+def test_agent_notes_quote_the_items_they_were_copied_from():
+    from suffice.deep import cited_items
+    items = _items("Work was long today.", "We adopted a grey cat from the shelter. Her name is Figo.")
     out = "- [2025-04-11] Dana: Her name is Figo.\nYou help answer a question about a long history\nNONE"
-    assert grounded_lines(out, block, 0.6) == ["[2025-04-11] Dana: Her name is Figo."]
+    assert cited_items(out, items, "What is the cat called?", 0.7) == [items[1]]
+
+
+def test_a_line_that_restates_the_question_with_a_guess_is_not_a_note():
+    from suffice.deep import cited_items
+    items = _items("My grandma gave me this necklace in my home country, Sweden.")
+    guesses = "Dana's grandma is from Canada.\nThe country Dana's grandma is from is the United States."
+    assert cited_items(guesses, items, "What country is Dana's grandma from?", 0.7) == []
+    assert cited_items("my home country, Sweden", items, "What country is Dana's grandma from?",
+                       0.7) == items
 
 
 def test_llm_aggregator_receipt_adds_up(memory):

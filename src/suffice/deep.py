@@ -16,7 +16,7 @@ from .config import Settings
 from .errors import ProviderError
 from .llm.base import LLM, CallRecord, Ledger
 from .prompts import BLOCK_NONE, block_agent_messages
-from .text import words
+from .text import STOPWORDS, words
 from .tokens import count_tokens, truncate
 from .types import Block, Hit, Item
 from .views import ScopeViews
@@ -44,6 +44,8 @@ class AgentNote:
     error: str = ""
     calls: tuple[CallRecord, ...] = ()
     """The model calls this agent made (filled in by :func:`run_agents`)."""
+    seqs: tuple[int, ...] = ()
+    """The items the notes quote verbatim, when the agent cites items (the default reader)."""
 
 
 def choose_blocks(hits: Sequence[Hit], views: ScopeViews, settings: Settings) -> list[ChosenBlock]:
@@ -86,12 +88,14 @@ class MemoryAgent(Protocol):
 class LLMBlockReader:
     """The default memory agent: one LLM call copies the block's relevant lines.
 
-    Copies are checked against the block: a line whose words mostly do not occur in the block
-    (a small model echoing its instructions, or inventing) is dropped, so notes stay verbatim.
+    The copies are not used as written: each is traced back to the block item it came from,
+    and the note holds those items verbatim. A small model often "copies" a line it made up by
+    restating the question with a guessed ending ("Her grandma is from Canada"); such a line
+    traces back to no item and is dropped, so notes stay true to the store.
     """
 
     def __init__(self, llm: LLM, *, max_block_tokens: int = 1800, max_tokens: int = 160,
-                 grounding: float = 0.6) -> None:
+                 grounding: float = 0.7) -> None:
         self.llm = llm
         self.max_block_tokens = max_block_tokens
         self.max_tokens = max_tokens
@@ -108,23 +112,36 @@ class LLMBlockReader:
         except ProviderError as exc:
             return AgentNote(block.index, block.first_seq, block.last_seq, "", "", False,
                              (time.perf_counter() - t0) * 1e3, ok=False, error=str(exc))
-        kept = grounded_lines(out, text, self.grounding)
-        return AgentNote(block.index, block.first_seq, block.last_seq, "\n".join(kept), "",
-                         bool(kept), (time.perf_counter() - t0) * 1e3)
+        cited = cited_items(out, items, question, self.grounding)
+        return AgentNote(block.index, block.first_seq, block.last_seq,
+                         "\n".join(it.render() for it in cited), "", bool(cited),
+                         (time.perf_counter() - t0) * 1e3, seqs=tuple(it.seq for it in cited))
 
 
-def grounded_lines(output: str, source: str, threshold: float) -> list[str]:
-    """Output lines whose words mostly occur in ``source``; NONE and blanks dropped, no repeats."""
-    vocab = set(words(source))
-    kept: list[str] = []
+def cited_items(output: str, items: Sequence[Item], question: str,
+                threshold: float) -> list[Item]:
+    """The items of a block that an agent's output lines were copied from, in block order.
+
+    A line is traced to the item holding the largest share of its content words, counting
+    only words the question does not already supply (a restated question matches any item
+    that names the same people). It counts when that share reaches ``threshold``; a line with
+    no such words of its own (``NONE``, an echo of the question) traces to nothing.
+    """
+    asked = set(words(question))
+    vocab = [(it, set(words(it.render()))) for it in items]
+    picked: dict[int, Item] = {}
     for raw in output.splitlines():
         line = raw.strip().lstrip("-*• ").strip()
         if not line or line.upper().strip(".") == BLOCK_NONE:
             continue
-        toks = words(line)
-        if toks and sum(t in vocab for t in toks) / len(toks) >= threshold and line not in kept:
-            kept.append(line)
-    return kept
+        own = [t for t in words(line) if t not in asked and t not in STOPWORDS]
+        if not own or not vocab:
+            continue
+        best, share = max(((it, sum(t in v for t in own) / len(own)) for it, v in vocab),
+                          key=lambda x: x[1])
+        if share >= threshold:
+            picked[best.seq] = best
+    return [picked[q] for q in sorted(picked)]
 
 
 def run_agents(agent: MemoryAgent, question: str, blocks: Sequence[ChosenBlock],

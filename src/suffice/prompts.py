@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from .llm.base import Message
 
-PROMPTS_VERSION = "1"
+PROMPTS_VERSION = "2"
 """Bump when the wording of any prompt changes, so results can say which prompts they used."""
 
 Style = Literal["conversation", "documents", "dated"]
@@ -200,11 +200,12 @@ def block_agent_messages(question: str, block_text: str) -> list[Message]:
 
 
 def deep_context(notes: str, evidence: str) -> str:
-    """The reader's context on the deep path: agents' notes first, then the prefix evidence."""
+    """The reader's context on the deep path: the turns agents picked first, then the fast
+    path's memory in the room left."""
     parts = []
     if notes.strip():
-        parts.append("Notes that memory readers copied from the history, oldest first "
-                     "(a later note replaces an earlier one when they disagree):\n" + notes.strip())
+        parts.append("Turns that memory readers picked from the history, oldest first "
+                     "(a later turn replaces an earlier one when they disagree):\n" + notes.strip())
     if evidence.strip():
         parts.append("Retrieved turns:\n" + evidence.strip())
     return "\n\n".join(parts)
