@@ -84,6 +84,11 @@ def main() -> None:
                "deep": statistics.fmean(deep)},
         "t_e2e_ms": {"variant": statistics.fmean(variant[k]["receipt"]["t_e2e_ms"] for k in keys),
                      "deep": statistics.fmean(recs[k]["deep"]["receipt"]["t_e2e_ms"] for k in keys)},
+        "f1_by_category": {
+            str(c): {name: statistics.fmean(x for x, k in zip(vals, keys, strict=True)
+                                            if recs[k]["category"] == c)
+                     for name, vals in (("variant", v), ("fast", fast), ("deep", deep))}
+            for c in sorted({recs[k]["category"] for k in keys})},
         "variant_minus_fast": paired_bootstrap(v, fast),
         "variant_minus_deep": paired_bootstrap(v, deep),
     }

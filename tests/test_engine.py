@@ -260,6 +260,13 @@ def test_agent_notes_quote_the_items_they_were_copied_from():
     assert cited_items(out, items, "What is the cat called?", 0.7) == [items[1]]
 
 
+def test_the_deep_receipt_names_the_items_the_notes_quote(memory):
+    r = Engine(memory, reader()).ask("What is the name of Dana's cat?", scope="dana",
+                                     mode="deep").receipt
+    figo = [it.seq for it in memory.store.items("dana") if "Her name is Figo" in it.text]
+    notes = [p for p in r.parts if p.reason.startswith("notes of block")]
+    assert notes and all(p.seqs == tuple(figo) for p in notes)
+
 def test_a_line_that_restates_the_question_with_a_guess_is_not_a_note():
     from suffice.deep import cited_items
     items = _items("My grandma gave me this necklace in my home country, Sweden.")

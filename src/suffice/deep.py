@@ -45,7 +45,8 @@ class AgentNote:
     calls: tuple[CallRecord, ...] = ()
     """The model calls this agent made (filled in by :func:`run_agents`)."""
     seqs: tuple[int, ...] = ()
-    """The items the notes quote verbatim, when the agent cites items (the default reader)."""
+    """The items the notes quote, one per line of ``notes`` in the same order, when the agent
+    quotes items (the default reader does); empty for free-form notes."""
 
 
 def choose_blocks(hits: Sequence[Hit], views: ScopeViews, settings: Settings) -> list[ChosenBlock]:
@@ -113,8 +114,9 @@ class LLMBlockReader:
             return AgentNote(block.index, block.first_seq, block.last_seq, "", "", False,
                              (time.perf_counter() - t0) * 1e3, ok=False, error=str(exc))
         cited = cited_items(out, items, question, self.grounding)
+        # One line per quoted item (a multi-line item is joined), so lines map to ``seqs``.
         return AgentNote(block.index, block.first_seq, block.last_seq,
-                         "\n".join(it.render() for it in cited), "", bool(cited),
+                         "\n".join(" ".join(it.render().split()) for it in cited), "", bool(cited),
                          (time.perf_counter() - t0) * 1e3, seqs=tuple(it.seq for it in cited))
 
 

@@ -273,9 +273,10 @@ class Engine:
         if not body:
             notes.append("no agent note fits the budget; the fast path answered")
             return None, receipts
+        kept = set(body.splitlines())
         parts: list[ContextPart] = [
-            ContextPart("notice", None, tuple(range(n.first_seq, n.last_seq + 1)), used[n.block],
-                        f"notes of block {n.block}") for n in relevant if n.block in used]
+            ContextPart("notice", None, _quoted(n, kept), used[n.block], f"notes of block {n.block}")
+            for n in relevant if n.block in used]
         if self.aggregator == "llm":
             t = time.perf_counter()
             text, ok = self._answer(aggregate_messages(question, body), ledger, "aggregate", raw=True)
@@ -345,6 +346,15 @@ def _block_receipts(chosen: Sequence[ChosenBlock], notes: Sequence[AgentNote],
             output_tokens=sum(x.output_tokens for x in calls),
             cost_usd=math.fsum(x.cost_usd for x in calls), notes_tokens=used.get(c.block.index, 0)))
     return tuple(out)
+
+
+def _quoted(note: AgentNote, kept: set[str]) -> tuple[int, ...]:
+    """The items of ``note`` whose lines reached the context; its whole block for free-form
+    notes, which quote no items."""
+    if note.seqs:
+        return tuple(q for q, line in zip(note.seqs, note.notes.splitlines(), strict=True)
+                     if line in kept)
+    return tuple(range(note.first_seq, note.last_seq + 1))
 
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
