@@ -122,3 +122,24 @@ def test_verify_runs_auto_for_real_and_matches_the_composed_records(tmp_path, me
     out.write_text("".join(json.dumps(r) + "\n" for r in recs))
     v = verify(memory, llm, items, out, n=3, tau=0.5, budget=600)
     assert v["same_answer"] == 0 and len(v["mismatches"]) == 3
+
+
+def test_verify_expects_the_fast_path_where_a_recorded_deep_run_fell_back_to_it(tmp_path, memory):
+    """Agents that find nothing send deep to the fast path; verify compares with that path."""
+    from suffice.bench.progressive import run, verify
+    from suffice.bench.qa import QAItem
+    from suffice.datasets.locomo import LocomoQuestion
+    from suffice.llm import ScriptedLLM
+
+    def respond(messages):
+        if "reading one excerpt" in messages[0]["content"]:
+            return "NONE"
+        return "<answer>Figo</answer>"
+    llm = ScriptedLLM(respond, probs={"yes": 0.5, "no": 0.5})
+    items = [QAItem("dana#0", "dana", 0, LocomoQuestion("What is the name of Dana's cat?", "Figo", 4, ()))]
+    out = tmp_path / "p.jsonl"
+    run(memory, llm, items, out, budget=600, gold_seqs=lambda item: set())
+    rec = json.loads(out.read_text())
+    assert rec["deep"]["receipt"]["path"] == "fast" and rec["deep"]["receipt"]["degraded"]
+    v = verify(memory, llm, items, out, n=1, tau=1.0, budget=600)  # auto goes deep, falls back
+    assert v["same_path"] == 1 and v["same_answer"] == 1 and not v["mismatches"]
