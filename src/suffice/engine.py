@@ -351,9 +351,9 @@ def _block_receipts(chosen: Sequence[ChosenBlock], notes: Sequence[AgentNote],
 def _quoted(note: AgentNote, kept: set[str]) -> tuple[int, ...]:
     """The items of ``note`` whose lines reached the context; its whole block for free-form
     notes, which quote no items."""
-    if note.seqs:
-        return tuple(q for q, line in zip(note.seqs, note.notes.splitlines(), strict=True)
-                     if line in kept)
+    lines = note.notes.splitlines()
+    if note.seqs and len(note.seqs) == len(lines):  # else a plugged-in agent broke the pairing
+        return tuple(q for q, line in zip(note.seqs, lines, strict=True) if line in kept)
     return tuple(range(note.first_seq, note.last_seq + 1))
 
 
