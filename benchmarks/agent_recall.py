@@ -19,9 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from suffice import Memory
-from suffice.bench.qa import ingest, select
-from suffice.datasets.locomo import load_locomo
+from suffice.bench.qa import conversation_questions
 from suffice.deep import AgentNote, LLMBlockReader, choose_blocks, run_agents
 from suffice.llm import make_llm
 from suffice.llm.base import LLM, Ledger, Message
@@ -72,13 +70,10 @@ def main() -> None:
     ap.add_argument("--agent", choices=("copy", "numbers"), default="copy")
     args = ap.parse_args()
 
-    convs = load_locomo()
-    picked = [convs[int(i)] for i in args.convs.split(",")]
-    if any(c is convs[0] for c in picked):
+    indexes = [int(i) for i in args.convs.split(",")]
+    if 0 in indexes:
         ap.error("conversation 0 holds the acceptance questions; measure on others")
-    items = [it for c in picked for it in select([c], args.limit)]
-    mem = Memory(args.store)
-    ingest(mem, picked, {it.scope for it in items})
+    mem, items = conversation_questions(args.store, indexes, args.limit)
     llm = make_llm("local")
     agent = LLMBlockReader(llm) if args.agent == "copy" else NumberedBlockReader(llm)
     s = mem.settings

@@ -15,9 +15,7 @@ import argparse
 import dataclasses
 import json
 
-from suffice import Memory
-from suffice.bench.qa import ingest, select
-from suffice.datasets.locomo import load_locomo
+from suffice.bench.qa import conversation_questions
 from suffice.deep import choose_blocks
 
 CHOICES = {  # name -> anchor_blocks, with max_blocks at its default of 4
@@ -34,11 +32,8 @@ def main() -> None:
     ap.add_argument("--convs", default="0")
     ap.add_argument("--limit", type=int, default=150, help="questions per conversation")
     args = ap.parse_args()
-    convs = load_locomo()
-    picked = [convs[int(i)] for i in args.convs.split(",")]
-    mem = Memory(args.store)
-    items = [it for c in picked for it in select([c], args.limit)]
-    ingest(mem, picked, {it.scope for it in items})
+    mem, items = conversation_questions(args.store, [int(i) for i in args.convs.split(",")],
+                                        args.limit)
     gold_turns = in_prefix = 0
     in_blocks = dict.fromkeys(CHOICES, 0)
     for it in items:

@@ -17,11 +17,9 @@ from pathlib import Path
 
 from deep_variant import parse_sets
 
-from suffice import Memory
 from suffice.bench.metrics import score_locomo
-from suffice.bench.qa import ingest, load_done, open_append, receipt_summary, select
+from suffice.bench.qa import conversation_questions, load_done, open_append, receipt_summary
 from suffice.bench.report import paired_bootstrap, read_results
-from suffice.datasets.locomo import load_locomo
 from suffice.engine import Engine
 from suffice.llm import make_llm
 
@@ -37,13 +35,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
-    convs = load_locomo()
-    picked = [convs[int(i)] for i in args.convs.split(",")]
-    if any(c is convs[0] for c in picked):
+    indexes = [int(i) for i in args.convs.split(",")]
+    if 0 in indexes:
         ap.error("conversation 0 holds the acceptance questions; tune on others")
-    items = [it for c in picked for it in select([c], args.limit)]
-    mem = Memory(args.store)
-    ingest(mem, picked, {it.scope for it in items})
+    mem, items = conversation_questions(args.store, indexes, args.limit)
     settings = parse_sets(args.sets, mem.settings)
     engine = Engine(mem, make_llm("local"))
     done = {k for _, k in load_done(args.out)}

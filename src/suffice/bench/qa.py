@@ -55,6 +55,20 @@ def select(convs: Sequence[LocomoConversation], limit: int | None,
     return out
 
 
+def conversation_questions(store: str | Path, indexes: Sequence[int],
+                           limit: int | None) -> tuple[Memory, list[QAItem]]:
+    """The first ``limit`` questions (categories 1-4) of each chosen LoCoMo conversation, by
+    index in the shared file, and a Memory at ``store`` that holds those conversations."""
+    from ..datasets.locomo import load_locomo
+
+    convs = load_locomo()
+    picked = [convs[i] for i in indexes]
+    items = [it for c in picked for it in select([c], limit)]
+    mem = Memory(store)
+    ingest(mem, picked, {it.scope for it in items})
+    return mem, items
+
+
 def ingest(mem: Memory, convs: Sequence[LocomoConversation], scopes: set[str],
            progress: Callable[[int], None] | None = None) -> None:
     """Add the conversations that questions need; client ids make this a no-op when present."""
