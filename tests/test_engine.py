@@ -274,6 +274,9 @@ def test_a_line_that_restates_the_question_with_a_guess_is_not_a_note():
     assert cited_items(guesses, items, "What country is Dana's grandma from?", 0.7) == []
     assert cited_items("my home country, Sweden", items, "What country is Dana's grandma from?",
                        0.7) == items
+    # A copied date and speaker do not make a guess a quote: every turn of the day has them.
+    assert cited_items("[2025-04-11] Dana: Dana's grandma is from Canada.", items,
+                       "What country is Dana's grandma from?", 0.7) == []
 
 
 def test_llm_aggregator_receipt_adds_up(memory):

@@ -124,13 +124,15 @@ def cited_items(output: str, items: Sequence[Item], question: str,
                 threshold: float) -> list[Item]:
     """The items of a block that an agent's output lines were copied from, in block order.
 
-    A line is traced to the item holding the largest share of its content words, counting
-    only words the question does not already supply (a restated question matches any item
-    that names the same people). It counts when that share reaches ``threshold``; a line with
-    no such words of its own (``NONE``, an echo of the question) traces to nothing.
+    A line is traced to the item whose text holds the largest share of its content words,
+    counting only words that neither the question nor the items' headers supply: a restated
+    question matches any item that names the same people, and a copied ``[date] Speaker:``
+    header matches every turn of that session. It counts when that share reaches
+    ``threshold``; a line with no words of its own (``NONE``, an echo of the question, a bare
+    header) traces to nothing.
     """
-    asked = set(words(question))
-    vocab = [(it, set(words(it.render()))) for it in items]
+    asked = set(words(question)) | {w for it in items for w in words(it.header())}
+    vocab = [(it, set(words(it.text))) for it in items]
     picked: dict[int, Item] = {}
     for raw in output.splitlines():
         line = raw.strip().lstrip("-*• ").strip()
