@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from suffice.bench.qa import conversation_questions
+from suffice.bench.qa import conversation_questions, gold_finder
 from suffice.deep import AgentNote, LLMBlockReader, choose_blocks, run_agents
 from suffice.llm import make_llm
 from suffice.llm.base import LLM, Ledger, Message
@@ -56,10 +56,7 @@ class NumberedBlockReader:
             if 0 <= i < len(items) and items[i] not in picked:
                 picked.append(items[i])
         picked.sort(key=lambda it: it.seq)
-        return AgentNote(block.index, block.first_seq, block.last_seq,
-                         "\n".join(" ".join(it.render().split()) for it in picked), "",
-                         bool(picked), (time.perf_counter() - t0) * 1e3,
-                         seqs=tuple(it.seq for it in picked))
+        return AgentNote.quoting(block, picked, (time.perf_counter() - t0) * 1e3)
 
 
 def main() -> None:
@@ -77,14 +74,15 @@ def main() -> None:
     llm = make_llm("local")
     agent = LLMBlockReader(llm) if args.agent == "copy" else NumberedBlockReader(llm)
     s = mem.settings
+    gold_of = gold_finder(mem, {it.scope for it in items})
+    stored = {scope: mem.items(scope) for scope in {it.scope for it in items}}
     rows: list[dict[str, Any]] = []
     for it in items:
-        dia = {str(x.meta.get("dia_id")): x.seq for x in mem.items(it.scope)}
-        gold = {dia[d] for d in it.q.evidence if d in dia}
+        gold = gold_of(it)
         ev = mem.search(it.q.question, scope=it.scope, k=s.prefix_k)
         views = mem.retriever.index(it.scope).views
         chosen = choose_blocks(ev.hits, views, s)
-        by_seq = {x.seq: x for x in mem.items(it.scope)}
+        by_seq = {x.seq: x for x in stored[it.scope]}
         block_items = {c.block.index: [by_seq[q] for q in range(c.block.first_seq, c.block.last_seq + 1)]
                        for c in chosen}
         in_blocks = {q for c in chosen for q in range(c.block.first_seq, c.block.last_seq + 1)}

@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 import json
 
-from suffice.bench.qa import conversation_questions
+from suffice.bench.qa import conversation_questions, gold_finder
 from suffice.deep import choose_blocks
 
 CHOICES = {  # name -> anchor_blocks, with max_blocks at its default of 4
@@ -36,9 +36,9 @@ def main() -> None:
                                         args.limit)
     gold_turns = in_prefix = 0
     in_blocks = dict.fromkeys(CHOICES, 0)
+    gold_of = gold_finder(mem, {it.scope for it in items})
     for it in items:
-        dia = {str(x.meta.get("dia_id")): x.seq for x in mem.items(it.scope)}
-        gold = {dia[d] for d in it.q.evidence if d in dia}
+        gold = gold_of(it)
         hits = mem.search(it.q.question, scope=it.scope, k=mem.settings.prefix_k).hits
         views = mem.retriever.index(it.scope).views
         gold_turns += len(gold)

@@ -267,6 +267,7 @@ def test_the_deep_receipt_names_the_items_the_notes_quote(memory):
     notes = [p for p in r.parts if p.reason.startswith("notes of block")]
     assert notes and all(p.seqs == tuple(figo) for p in notes)
 
+
 def test_a_line_that_restates_the_question_with_a_guess_is_not_a_note():
     from suffice.deep import cited_items
     items = _items("My grandma gave me this necklace in my home country, Sweden.")

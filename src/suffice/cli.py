@@ -349,16 +349,11 @@ def bench_progressive(
             tau_list = [float(t) for t in taus.split(",") if t.strip()]
         except ValueError:
             fail(f"--taus must be numbers separated by commas, got {taus!r}")
-        from .bench import progressive
+        from .bench import progressive, qa
         from .bench.report import envelope, write_json
         from .datasets.locomo import default_path
         convs, items, mem = locomo_run(data, limit, store)
-        dia = {c.scope: {str(it.meta.get("dia_id")): it.seq for it in mem.items(c.scope)}
-               for c in convs if c.scope in {i.scope for i in items}}
-
-        def gold(item: Any) -> set[int]:
-            return {dia[item.scope][d] for d in item.q.evidence if d in dia[item.scope]}
-
+        gold = qa.gold_finder(mem, {i.scope for i in items})
         llm = make_reader(provider, model, base_url)
         with progress_bar("questions", len(items)) as advance:
             progressive.run(mem, llm, items, out_path, budget=budget, gold_seqs=gold,

@@ -48,6 +48,14 @@ class AgentNote:
     """The items the notes quote, one per line of ``notes`` in the same order, when the agent
     quotes items (the default reader does); empty for free-form notes."""
 
+    @classmethod
+    def quoting(cls, block: Block, items: Sequence[Item], latency_ms: float) -> AgentNote:
+        """A note that quotes ``items`` verbatim, one line each (a multi-line item is joined),
+        so its lines pair with ``seqs``."""
+        return cls(block.index, block.first_seq, block.last_seq,
+                   "\n".join(" ".join(it.render().split()) for it in items), "", bool(items),
+                   latency_ms, seqs=tuple(it.seq for it in items))
+
 
 def choose_blocks(hits: Sequence[Hit], views: ScopeViews, settings: Settings) -> list[ChosenBlock]:
     """Anchor blocks by hit mass, plus their temporal neighbours, capped and in time order.
@@ -113,11 +121,8 @@ class LLMBlockReader:
         except ProviderError as exc:
             return AgentNote(block.index, block.first_seq, block.last_seq, "", "", False,
                              (time.perf_counter() - t0) * 1e3, ok=False, error=str(exc))
-        cited = cited_items(out, items, question, self.grounding)
-        # One line per quoted item (a multi-line item is joined), so lines map to ``seqs``.
-        return AgentNote(block.index, block.first_seq, block.last_seq,
-                         "\n".join(" ".join(it.render().split()) for it in cited), "", bool(cited),
-                         (time.perf_counter() - t0) * 1e3, seqs=tuple(it.seq for it in cited))
+        return AgentNote.quoting(block, cited_items(out, items, question, self.grounding),
+                                 (time.perf_counter() - t0) * 1e3)
 
 
 def cited_items(output: str, items: Sequence[Item], question: str,

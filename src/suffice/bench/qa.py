@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -53,6 +53,19 @@ def select(convs: Sequence[LocomoConversation], limit: int | None,
                 if limit is not None and len(out) >= limit:
                     return out
     return out
+
+
+def gold_finder(mem: Memory, scopes: Iterable[str]) -> Callable[[QAItem], set[int]]:
+    """The gold evidence turns of a question as item seqs, from LoCoMo's dialogue ids.
+
+    Each scope's ids are read once, here, not once per question.
+    """
+    dia = {s: {str(it.meta.get("dia_id")): it.seq for it in mem.items(s)} for s in set(scopes)}
+
+    def gold(item: QAItem) -> set[int]:
+        ids = dia[item.scope]
+        return {ids[d] for d in item.q.evidence if d in ids}
+    return gold
 
 
 def conversation_questions(store: str | Path, indexes: Sequence[int],
