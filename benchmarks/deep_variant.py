@@ -37,7 +37,12 @@ def parse_sets(pairs: list[str], base: Any) -> Any:
     for pair in pairs:
         name, _, raw = pair.partition("=")
         current = getattr(base, name)  # AttributeError names an unknown setting
-        changes[name] = type(current)(raw)
+        if isinstance(current, bool):  # bool("false") is True
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"{name} takes true or false, got {raw!r}")
+            changes[name] = raw.lower() in ("true", "1")
+        else:
+            changes[name] = type(current)(raw)
     return dataclasses.replace(base, **changes)
 
 

@@ -33,6 +33,9 @@ def main() -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[], help="name=value for deep")
     ap.add_argument("--budget", type=int, default=1000)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--fast-from", type=Path, default=None,
+                    help="reuse the fast answers of an earlier dev run (fast does not depend "
+                         "on deep settings); questions missing there are run fast here")
     args = ap.parse_args()
 
     indexes = [int(i) for i in args.convs.split(",")]
@@ -42,12 +45,18 @@ def main() -> None:
     settings = parse_sets(args.sets, mem.settings)
     engine = Engine(mem, make_llm("local"))
     done = {k for _, k in load_done(args.out)}
+    reused = ({r["key"]: r["fast"] for r in read_results(args.fast_from)}
+              if args.fast_from else {})
     with open_append(args.out) as fh:
         for it in items:
             if it.key in done:
                 continue
             rec = {"variant": "dev", "key": it.key, "category": it.q.category}
+            if it.key in reused:
+                rec["fast"] = reused[it.key]
             for mode in ("fast", "deep"):
+                if mode in rec:
+                    continue
                 ans = engine.ask(it.q.question, scope=it.scope, mode=mode, budget=args.budget,
                                  settings=settings)
                 rec[mode] = {"answer": ans.text, "f1": score_locomo(ans.text, it.q.answer, it.q.category),

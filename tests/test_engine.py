@@ -96,7 +96,7 @@ def test_notes_share_the_budget_and_keep_whole_lines():
     news = [ln for ln in lines if ln.startswith("new")]
     assert "Figo is the cat." in lines and abs(len(olds) - len(news)) <= 1  # every block heard
     assert lines == olds + news + ["Figo is the cat."]  # time order kept
-    assert sum(used.values()) <= count_tokens(text)
+    assert [ln for b in sorted(used) for ln in used[b]] == lines
     # Under budget: everything, repeated lines once.
     text, _ = notes_text([short, _note(3, ["Figo is the cat.", "Dana lives in Kyoto."])], 1000)
     assert text.splitlines() == ["Figo is the cat.", "Dana lives in Kyoto."]
@@ -111,8 +111,9 @@ def test_a_line_shared_by_overlapping_blocks_survives_a_tight_budget():
     b = _note(1, [shared, "Dana: the flight was delayed."])
     fits = (a.notes.splitlines()[0], shared, "Dana: the flight was delayed.")
     budget = sum(count_tokens(x) + 1 for x in fits)
-    text, _ = notes_text([a, b], budget)
+    text, kept = notes_text([a, b], budget)
     assert shared in text.splitlines() and text.count(shared) == 1
+    assert sum(shared in lines for lines in kept.values()) == 1  # credited to one block only
 
 
 def test_a_long_note_line_does_not_block_the_others():
@@ -331,3 +332,14 @@ def test_per_query_settings_bound_the_deep_path(memory):
     assert len(r.blocks) == 1
     r = Engine(memory, reader()).ask("When is the Kyoto trip?", scope="dana", mode="deep").receipt
     assert len(r.blocks) > 1  # the memory's own settings are untouched
+
+
+def test_deep_notes_state_relative_dates_against_the_turns_date(memory):
+    llm = reader()
+    r = Engine(memory, llm).ask("When did Dana adopt Figo?", scope="dana", mode="deep").receipt
+    prompt = llm.calls[-1][-1]["content"]
+    assert "last weekend = the weekend before 11 April 2025" in prompt
+    assert any("relative dates stated" in n for n in r.notes) and "dates" in r.stages_ms
+    off = Engine(memory, reader()).ask("When did Dana adopt Figo?", scope="dana", mode="deep",
+                                      settings=Settings(resolve_dates=False))
+    assert not any("relative dates" in n for n in off.receipt.notes)

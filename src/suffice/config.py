@@ -91,6 +91,9 @@ class Settings:
     notes_share: float = 0.5
     """Share of the deep reader's context given to the agents' notes; the fast path's context
     fills the rest."""
+    resolve_dates: bool = True
+    """Deep path: quoted turns also state their relative time phrases ("last Tuesday")
+    against the turn's own date, by rule (no model call)."""
     reader_budget: int = 1000
     """Token budget of the reader's context; LoCoMo evidence fits in ~1k, and a small CPU
     model reads ~130 tokens/s, so every 1k tokens costs about 8 s."""

@@ -17,6 +17,7 @@ from .errors import ProviderError
 from .llm.base import LLM, CallRecord, Ledger
 from .prompts import BLOCK_NONE, block_agent_messages
 from .text import STOPWORDS, words
+from .timeref import annotate
 from .tokens import count_tokens, truncate
 from .types import Block, Hit, Item
 from .views import ScopeViews
@@ -55,6 +56,24 @@ class AgentNote:
         return cls(block.index, block.first_seq, block.last_seq,
                    "\n".join(" ".join(it.render().split()) for it in items), "", bool(items),
                    latency_ms, seqs=tuple(it.seq for it in items))
+
+
+def with_dates(notes: Sequence[AgentNote], items: dict[int, Item]) -> tuple[list[AgentNote], int]:
+    """The notes with the relative time phrases of each quoted turn stated against the turn's
+    own date (:mod:`suffice.timeref`), and how many lines gained a date. Free-form notes, and
+    notes whose lines do not pair with their items, are left as they are."""
+    out: list[AgentNote] = []
+    changed = 0
+    for n in notes:
+        lines = n.notes.splitlines()
+        if not n.seqs or len(lines) != len(n.seqs) or any(q not in items for q in n.seqs):
+            out.append(n)
+            continue
+        dated = [annotate(line, items[q].text, items[q].observed_at)
+                 for line, q in zip(lines, n.seqs, strict=True)]
+        changed += sum(a != b for a, b in zip(dated, lines, strict=True))
+        out.append(replace(n, notes="\n".join(dated)))
+    return out, changed
 
 
 def choose_blocks(hits: Sequence[Hit], views: ScopeViews, settings: Settings) -> list[ChosenBlock]:
@@ -184,8 +203,9 @@ def run_agents(agent: MemoryAgent, question: str, blocks: Sequence[ChosenBlock],
     return notes
 
 
-def notes_text(notes: Sequence[AgentNote], budget: int) -> tuple[str, dict[int, int]]:
-    """Relevant notes in time order within ``budget`` tokens, and the tokens each block got.
+def notes_text(notes: Sequence[AgentNote], budget: int) -> tuple[str, dict[int, tuple[str, ...]]]:
+    """Relevant notes in time order within ``budget`` tokens, and the lines each block got
+    (blocks that got none are left out).
 
     Lines are dealt out round by round: each block, oldest first, gets its next line while it
     fits what is left, so every block is heard before any block's later lines and no line is
@@ -220,4 +240,4 @@ def notes_text(notes: Sequence[AgentNote], budget: int) -> tuple[str, dict[int, 
                     left -= cost
                 break  # one line per block per round
     text = "\n".join(line for b, _ in queues for line in kept[b])
-    return text, {b: count_tokens("\n".join(kept[b])) for b, _ in queues if kept[b]}
+    return text, {b: tuple(kept[b]) for b, _ in queues if kept[b]}

@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .config import Settings
-from .deep import AgentNote, ChosenBlock, LLMBlockReader, MemoryAgent, choose_blocks, notes_text, run_agents
+from .deep import (
+    AgentNote,
+    ChosenBlock,
+    LLMBlockReader,
+    MemoryAgent,
+    choose_blocks,
+    notes_text,
+    run_agents,
+    with_dates,
+)
 from .errors import ConfigError, ProviderError
 from .llm.base import LLM, CallRecord, Ledger, Message
 from .llm.parse import extract_answer
@@ -263,20 +272,27 @@ class Engine:
         for n in agent_notes:
             if not n.ok:
                 notes.append(f"block {n.block} agent failed: {n.error}")
+        if s.resolve_dates:
+            t = time.perf_counter()
+            agent_notes, dated = with_dates(agent_notes, pool)
+            stages["dates"] = _ms(t)
+            if dated:
+                notes.append(f"relative dates stated in {dated} quoted turn(s)")
         relevant = [n for n in agent_notes if n.relevant]
         if not relevant:
             notes.append("no block agent returned relevant notes; the fast path answered")
             return None, _block_receipts(chosen, agent_notes, {})
         cap = int(s.prompt_cap * budget)
-        body, used = notes_text(agent_notes, int(cap * s.notes_share))
+        body, kept = notes_text(agent_notes, int(cap * s.notes_share))
+        used = {b: count_tokens("\n".join(lines)) for b, lines in kept.items()}
         receipts = _block_receipts(chosen, agent_notes, used)
         if not body:
             notes.append("no agent note fits the budget; the fast path answered")
             return None, receipts
-        kept = set(body.splitlines())
         parts: list[ContextPart] = [
-            ContextPart("notice", None, _quoted(n, kept), used[n.block], f"notes of block {n.block}")
-            for n in relevant if n.block in used]
+            ContextPart("notice", None, _quoted(n, set(kept[n.block])), used[n.block],
+                        f"notes of block {n.block}")
+            for n in relevant if n.block in kept]
         if self.aggregator == "llm":
             t = time.perf_counter()
             text, ok = self._answer(aggregate_messages(question, body), ledger, "aggregate", raw=True)
@@ -349,8 +365,9 @@ def _block_receipts(chosen: Sequence[ChosenBlock], notes: Sequence[AgentNote],
 
 
 def _quoted(note: AgentNote, kept: set[str]) -> tuple[int, ...]:
-    """The items of ``note`` whose lines reached the context; its whole block for free-form
-    notes, which quote no items."""
+    """The items of ``note`` whose lines reached the context under its block (a turn two
+    overlapping blocks quote is credited to the block that got it); its whole block for
+    free-form notes, which quote no items."""
     lines = note.notes.splitlines()
     if note.seqs and len(note.seqs) == len(lines):  # else a plugged-in agent broke the pairing
         return tuple(q for q, line in zip(note.seqs, lines, strict=True) if line in kept)

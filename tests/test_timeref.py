@@ -1,0 +1,63 @@
+"""Relative time phrases are stated against the date the turn was said, by rule."""
+
+from datetime import date
+
+import pytest
+
+from suffice.timeref import annotate, parse_when, resolve
+
+THU = date(2023, 7, 20)  # a Thursday
+
+
+@pytest.mark.parametrize("stamp", ["8:56 pm on 20 July, 2023", "2023-07-20T20:56:00",
+                                   "2023-07-20", "July 20, 2023", "20 Jul 2023"])
+def test_stored_timestamps_give_their_calendar_date(stamp):
+    assert parse_when(stamp) == THU
+
+
+@pytest.mark.parametrize("stamp", ["", "step 14", "2023-13-45", "31 February, 2023"])
+def test_a_timestamp_without_a_valid_date_gives_none(stamp):
+    assert parse_when(stamp) is None
+
+
+@pytest.mark.parametrize(("text", "meaning"), [
+    ("I went there yesterday.", "the day before 20 July 2023, 19 July 2023"),
+    ("We met last night", "the day before 20 July 2023, 19 July 2023"),
+    ("I ran a charity race last Tuesday", "the Tuesday before 20 July 2023, 18 July 2023"),
+    ("last Thursday was fun", "the Thursday before 20 July 2023, 13 July 2023"),  # not today
+    ("Last week I finished it", "the week before 20 July 2023"),
+    ("last weekend we camped", "the weekend before 20 July 2023"),
+    ("Last month I painted", "the month before 20 July 2023, June 2023"),
+    ("last year was hard", "the year before 20 July 2023, 2022"),
+    ("two weekends ago I hiked", "2 weekends before 20 July 2023"),
+    ("I started 4 years ago", "4 years before 20 July 2023, 2019"),
+    ("a few weeks ago we talked", "a few weeks before 20 July 2023"),
+    ("We fly next month", "the month after 20 July 2023, August 2023"),
+    ("See you next Monday", "the Monday after 20 July 2023, 24 July 2023"),
+    ("today I signed up", "20 July 2023"),
+])
+def test_each_phrase_means_a_span_relative_to_the_turns_date(text, meaning):
+    (r,) = resolve(text, THU)
+    assert r.meaning == meaning and r.phrase.lower() in text.lower()
+
+
+def test_month_arithmetic_crosses_year_ends():
+    (r,) = resolve("last month", date(2023, 1, 5))
+    assert r.meaning.endswith("December 2022")
+    (r,) = resolve("in 3 months ago", date(2023, 2, 28))
+    assert r.meaning.endswith("November 2022")
+
+
+def test_words_that_only_contain_a_phrase_do_not_match():
+    assert resolve("The lastweek report; todays news; yesterdays", THU) == []
+
+
+def test_annotation_keeps_the_line_verbatim_and_adds_the_meaning():
+    line = "[8:56 pm on 20 July, 2023] Caroline: I went to a conference last Tuesday."
+    out = annotate(line, "I went to a conference last Tuesday.", "8:56 pm on 20 July, 2023")
+    assert out.startswith(line)
+    assert out.endswith("[last Tuesday = the Tuesday before 20 July 2023, 18 July 2023]")
+    # Nothing to resolve, or no date to resolve against: the line is returned unchanged.
+    assert annotate(line, "I went to a conference.", "8:56 pm on 20 July, 2023") == line
+    assert annotate("step 3: ran tests yesterday", "ran tests yesterday", "step 3") == \
+        "step 3: ran tests yesterday"
