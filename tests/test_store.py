@@ -78,9 +78,11 @@ def test_schema_version_is_recorded_and_persists(tmp_path):
 def _writer(path: str, tag: str, n: int, batch: int, barrier) -> None:
     st = SQLiteStore(path)
     barrier.wait(timeout=60)  # start together so the writes really overlap
-    for start in range(0, n, batch):
+    for k, start in enumerate(range(0, n, batch)):
         st.append("shared", [row(f"{tag} item {i}", id=f"{tag}-{i}")
                              for i in range(start, min(n, start + batch))])
+        if k < 2:  # lockstep for two batches: the writers interleave even on a busy machine
+            barrier.wait(timeout=60)
     st.close()
 
 
