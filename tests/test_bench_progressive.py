@@ -143,3 +143,10 @@ def test_verify_expects_the_fast_path_where_a_recorded_deep_run_fell_back_to_it(
     assert rec["deep"]["receipt"]["path"] == "fast" and rec["deep"]["receipt"]["degraded"]
     v = verify(memory, llm, items, out, n=1, tau=1.0, budget=600)  # auto goes deep, falls back
     assert v["same_path"] == 1 and v["same_answer"] == 1 and not v["mismatches"]
+
+
+def test_a_result_names_the_command_that_produced_it():
+    from suffice.bench.report import _command
+    assert _command(["/venv/bin/suffice", "bench", "qa", "--limit", "5"]) == "suffice bench qa --limit 5"
+    assert _command(["benchmarks/deep_variant.py", "--out", "x.jsonl"]) == \
+        "python benchmarks/deep_variant.py --out x.jsonl"

@@ -33,13 +33,21 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
+def _command(argv: list[str]) -> str:
+    """The command line that produced a result: the CLI's, or a benchmark script's."""
+    if not argv:
+        return ""
+    prog = f"python {argv[0]}" if argv[0].endswith(".py") else "suffice"
+    return " ".join([prog, *argv[1:]])
+
+
 def envelope(benchmark: str, dataset: str, data: str, settings: Any, results: Any) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "benchmark": benchmark,
         "dataset": dataset,
         "data": data,
-        "command": "suffice " + " ".join(sys.argv[1:]) if sys.argv else "",
+        "command": _command(sys.argv),
         "machine": machine(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "settings": (asdict(settings) if is_dataclass(settings) and not isinstance(settings, type)
