@@ -32,6 +32,7 @@ def test_a_timestamp_without_a_valid_date_gives_none(stamp):
     ("two weekends ago I hiked", "2 weekends before 20 July 2023"),
     ("I started 4 years ago", "4 years before 20 July 2023, 2019"),
     ("a few weeks ago we talked", "a few weeks before 20 July 2023"),
+    ("several months ago it began", "several months before 20 July 2023"),
     ("We fly next month", "the month after 20 July 2023, August 2023"),
     ("See you next Monday", "the Monday after 20 July 2023, 24 July 2023"),
     ("today I signed up", "20 July 2023"),

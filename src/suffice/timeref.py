@@ -130,8 +130,9 @@ def _meaning(m: re.Match[str], when: date) -> str:
     if m["ago"]:
         count_word, unit = m["n"].lower(), m["u4"].lower()
         n = int(count_word) if count_word.isdigit() else _COUNTS.get(count_word, 0)
-        if n == 0:
-            return f"a few {unit}s before {on}"
+        if n == 0:  # "a few", "several": keep the writer's vagueness
+            vague = "a few" if count_word in ("few", "a few") else count_word
+            return f"{vague} {unit}s before {on}"
         return _relative(unit, n, "before", when)
     if m["other"]:
         return f"a few days before {on}"
