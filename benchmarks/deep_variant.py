@@ -12,6 +12,9 @@ When the fast path and the routers are unchanged and only the deep path's code c
 ``--merge PATH`` writes the progressive records with their deep results replaced by this run's
 (judge fields dropped, so ``suffice bench judge PATH`` grades the new answers); ``suffice bench
 progressive --out PATH`` then summarises it like a fresh run.
+
+``--mode fast`` reruns the fast path instead, to measure its time on the same day as a deep
+rerun (the VM's speed drifts between days) and to check its answers still match.
 """
 
 from __future__ import annotations
@@ -55,7 +58,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--merge", type=Path, help="write progressive records with deep replaced")
+    ap.add_argument("--mode", choices=("deep", "fast"), default="deep",
+                    help="the path to rerun (fast: re-measure the fast path on the same day)")
     args = ap.parse_args()
+    if args.merge and args.mode != "deep":
+        ap.error("--merge replaces the deep results; it needs --mode deep")
 
     recs = {r["key"]: r for r in read_results(args.runs)}
     mem = Memory(args.store)
@@ -69,7 +76,7 @@ def main() -> None:
             scope = key.split("#")[0]
             if mem.embedder is not None:  # embedded up front, as the progressive run does
                 mem.embedder.embed_query(rec["question"])
-            ans = engine.ask(rec["question"], scope=scope, mode="deep", budget=args.budget,
+            ans = engine.ask(rec["question"], scope=scope, mode=args.mode, budget=args.budget,
                              settings=settings)
             out = {"variant": "deep-variant", "key": key, "answer": ans.text,
                    "f1": score_locomo(ans.text, rec["gold"], rec["category"]),
