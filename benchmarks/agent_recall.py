@@ -75,14 +75,14 @@ def main() -> None:
     agent = LLMBlockReader(llm) if args.agent == "copy" else NumberedBlockReader(llm)
     s = mem.settings
     gold_of = gold_finder(mem, {it.scope for it in items})
-    stored = {scope: mem.items(scope) for scope in {it.scope for it in items}}
+    by_scope = {scope: {x.seq: x for x in mem.items(scope)} for scope in {it.scope for it in items}}
     rows: list[dict[str, Any]] = []
     for it in items:
         gold = gold_of(it)
         ev = mem.search(it.q.question, scope=it.scope, k=s.prefix_k)
         views = mem.retriever.index(it.scope).views
         chosen = choose_blocks(ev.hits, views, s)
-        by_seq = {x.seq: x for x in stored[it.scope]}
+        by_seq = by_scope[it.scope]
         block_items = {c.block.index: [by_seq[q] for q in range(c.block.first_seq, c.block.last_seq + 1)]
                        for c in chosen}
         in_blocks = {q for c in chosen for q in range(c.block.first_seq, c.block.last_seq + 1)}

@@ -49,6 +49,14 @@ class AgentNote:
     """The items the notes quote, one per line of ``notes`` in the same order, when the agent
     quotes items (the default reader does); empty for free-form notes."""
 
+    def quoted_lines(self) -> list[tuple[int, str]] | None:
+        """(item seq, note line) for each line of a note that quotes items; None for free-form
+        notes, or when a plugged-in agent's lines do not pair with its ``seqs``."""
+        lines = self.notes.splitlines()
+        if not self.seqs or len(lines) != len(self.seqs):
+            return None
+        return list(zip(self.seqs, lines, strict=True))
+
     @classmethod
     def quoting(cls, block: Block, items: Sequence[Item], latency_ms: float) -> AgentNote:
         """A note that quotes ``items`` verbatim, one line each (a multi-line item is joined),
@@ -65,13 +73,12 @@ def with_dates(notes: Sequence[AgentNote], items: dict[int, Item]) -> tuple[list
     out: list[AgentNote] = []
     changed = 0
     for n in notes:
-        lines = n.notes.splitlines()
-        if not n.seqs or len(lines) != len(n.seqs) or any(q not in items for q in n.seqs):
+        pairs = n.quoted_lines()
+        if pairs is None or any(q not in items for q, _ in pairs):
             out.append(n)
             continue
-        dated = [annotate(line, items[q].text, items[q].observed_at)
-                 for line, q in zip(lines, n.seqs, strict=True)]
-        changed += sum(a != b for a, b in zip(dated, lines, strict=True))
+        dated = [annotate(line, items[q].text, items[q].observed_at) for q, line in pairs]
+        changed += sum(a != line for a, (_, line) in zip(dated, pairs, strict=True))
         out.append(replace(n, notes="\n".join(dated)))
     return out, changed
 

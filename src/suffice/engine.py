@@ -368,9 +368,9 @@ def _quoted(note: AgentNote, kept: set[str]) -> tuple[int, ...]:
     """The items of ``note`` whose lines reached the context under its block (a turn two
     overlapping blocks quote is credited to the block that got it); its whole block for
     free-form notes, which quote no items."""
-    lines = note.notes.splitlines()
-    if note.seqs and len(note.seqs) == len(lines):  # else a plugged-in agent broke the pairing
-        return tuple(q for q, line in zip(note.seqs, lines, strict=True) if line in kept)
+    pairs = note.quoted_lines()
+    if pairs is not None:
+        return tuple(q for q, line in pairs if line in kept)
     return tuple(range(note.first_seq, note.last_seq + 1))
 
 
