@@ -19,12 +19,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from suffice.bench.qa import conversation_questions, gold_finder
-from suffice.deep import AgentNote, LLMBlockReader, choose_blocks, run_agents
-from suffice.llm import make_llm
-from suffice.llm.base import LLM, Ledger, Message
-from suffice.tokens import truncate
-from suffice.types import Block, Item
+from suffice._bench.qa import conversation_questions, gold_finder
+from suffice._deep import AgentNote, LLMBlockReader, choose_blocks, run_agents
+from suffice._llm import make_llm
+from suffice._llm.base import LLM, Ledger, Message
+from suffice._tokens import truncate
+from suffice._types import Block, Item
 
 
 class NumberedBlockReader:
@@ -73,13 +73,13 @@ def main() -> None:
     mem, items = conversation_questions(args.store, indexes, args.limit)
     llm = make_llm("local")
     agent = LLMBlockReader(llm) if args.agent == "copy" else NumberedBlockReader(llm)
-    s = mem.settings
+    s = mem.engine_config
     gold_of = gold_finder(mem, {it.scope for it in items})
-    by_scope = {scope: {x.seq: x for x in mem.items(scope)} for scope in {it.scope for it in items}}
+    by_scope = {scope: {x.seq: x for x in mem.items(scope=scope)} for scope in {it.scope for it in items}}
     rows: list[dict[str, Any]] = []
     for it in items:
         gold = gold_of(it)
-        ev = mem.search(it.q.question, scope=it.scope, k=s.prefix_k)
+        ev = mem.search(it.q.question, scope=it.scope)
         views = mem.retriever.index(it.scope).views
         chosen = choose_blocks(ev.hits, views, s)
         by_seq = by_scope[it.scope]

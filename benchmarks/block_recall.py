@@ -12,11 +12,10 @@ what its block holds, so this bounds what the deep path can add.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
-from suffice.bench.qa import conversation_questions, gold_finder
-from suffice.deep import choose_blocks
+from suffice._bench.qa import conversation_questions, gold_finder
+from suffice._deep import choose_blocks
 
 CHOICES = {  # name -> anchor_blocks, with max_blocks at its default of 4
     "2 anchors + neighbours (default)": 2,
@@ -39,12 +38,12 @@ def main() -> None:
     gold_of = gold_finder(mem, {it.scope for it in items})
     for it in items:
         gold = gold_of(it)
-        hits = mem.search(it.q.question, scope=it.scope, k=mem.settings.prefix_k).hits
+        hits = mem.search(it.q.question, scope=it.scope).hits
         views = mem.retriever.index(it.scope).views
         gold_turns += len(gold)
         in_prefix += len(gold & {h.seq for h in hits})
         for name, anchors in CHOICES.items():
-            chosen = choose_blocks(hits, views, dataclasses.replace(mem.settings, anchor_blocks=anchors))
+            chosen = choose_blocks(hits, views, mem.engine_config.replace(anchor_blocks=anchors))
             seqs = {q for c in chosen for q in range(c.block.first_seq, c.block.last_seq + 1)}
             in_blocks[name] += len(gold & seqs)
     print(json.dumps({"questions": len(items), "gold_turns": gold_turns,

@@ -20,33 +20,20 @@ rerun (the VM's speed drifts between days) and to check its answers still match.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 from pathlib import Path
-from typing import Any
 
-from suffice import Memory
-from suffice.bench.metrics import score_locomo
-from suffice.bench.qa import load_done, open_append, receipt_summary
-from suffice.bench.report import envelope, paired_bootstrap, read_results, write_json, write_text_atomic
-from suffice.engine import Engine
-from suffice.llm import make_llm
+from suffice import EngineConfig, Memory, RenderConfig, make_llm
+from suffice._bench.metrics import score_locomo
+from suffice._bench.qa import load_done, open_append, receipt_summary
+from suffice._bench.report import envelope, paired_bootstrap, read_results, write_json, write_text_atomic
+from suffice._config import apply_overrides, parse_overrides
 
 
-def parse_sets(pairs: list[str], base: Any) -> Any:
-    """``name=value`` overrides applied to ``base`` (a Settings), typed like the field."""
-    changes: dict[str, Any] = {}
-    for pair in pairs:
-        name, _, raw = pair.partition("=")
-        current = getattr(base, name)  # AttributeError names an unknown setting
-        if isinstance(current, bool):  # bool("false") is True
-            if raw.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(f"{name} takes true or false, got {raw!r}")
-            changes[name] = raw.lower() in ("true", "1")
-        else:
-            changes[name] = type(current)(raw)
-    return dataclasses.replace(base, **changes)
+def configs(pairs: list[str], mem: Memory) -> tuple[EngineConfig, RenderConfig]:
+    """The memory's engine and render configs with ``name=value`` overrides applied."""
+    return apply_overrides(parse_overrides(pairs), mem.engine_config, mem.render_config)  # type: ignore[return-value]
 
 
 def main() -> None:
@@ -66,8 +53,8 @@ def main() -> None:
 
     recs = {r["key"]: r for r in read_results(args.runs)}
     mem = Memory(args.store)
-    settings = parse_sets(args.sets, mem.settings)
-    engine = Engine(mem, make_llm("local"))
+    engine, render = configs(args.sets, mem)
+    llm = make_llm("local")
     done = {k for _, k in load_done(args.out)}
     with open_append(args.out) as fh:
         for key, rec in recs.items():
@@ -76,8 +63,8 @@ def main() -> None:
             scope = key.split("#")[0]
             if mem.embedder is not None:  # embedded up front, as the progressive run does
                 mem.embedder.embed_query(rec["question"])
-            ans = engine.ask(rec["question"], scope=scope, mode=args.mode, budget=args.budget,
-                             settings=settings)
+            ans = mem.ask(rec["question"], scope=scope, llm=llm, mode=args.mode, budget=args.budget,
+                          engine=engine, render=render)
             out = {"variant": "deep-variant", "key": key, "answer": ans.text,
                    "f1": score_locomo(ans.text, rec["gold"], rec["category"]),
                    "receipt": receipt_summary(ans.receipt)}
@@ -115,7 +102,8 @@ def main() -> None:
         write_text_atomic(args.merge, "\n".join(merged) + "\n")
     if args.json:
         write_json(args.json, envelope("deep-variant", "locomo", str(args.runs),
-                                       dataclasses.asdict(settings), results))
+                                       {"engine": engine.model_dump(), "render": render.model_dump()},
+                                       results))
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from suffice import Memory, NewItem
-from suffice.bench.report import envelope, percentile, write_json
-from suffice.datasets.paths import shared_data_dir
-from suffice.text import query_terms
+from suffice._bench.report import envelope, percentile, write_json
+from suffice._datasets.paths import shared_data_dir
+from suffice._text import query_terms
 
 PYPI_LIST = Path("/work/.library/env/packages/pypi.tsv")
 
@@ -35,7 +35,7 @@ def corpus(n: int) -> list[str]:
             if len(parts) >= 5 and len(parts[4].split()) >= 4:
                 texts.append(parts[4].strip())
     if len(texts) < n:
-        from suffice.datasets.locomo import load_locomo
+        from suffice._datasets.locomo import load_locomo
         turns = [it.text for c in load_locomo(shared_data_dir() / "locomo" / "locomo_shared.json")
                  for it in c.items]
         i = 0

@@ -15,13 +15,12 @@ import json
 import statistics
 from pathlib import Path
 
-from deep_variant import parse_sets
+from deep_variant import configs
 
-from suffice.bench.metrics import score_locomo
-from suffice.bench.qa import conversation_questions, load_done, open_append, receipt_summary
-from suffice.bench.report import paired_bootstrap, read_results
-from suffice.engine import Engine
-from suffice.llm import make_llm
+from suffice._bench.metrics import score_locomo
+from suffice._bench.qa import conversation_questions, load_done, open_append, receipt_summary
+from suffice._bench.report import paired_bootstrap, read_results
+from suffice._llm import make_llm
 
 
 def main() -> None:
@@ -42,8 +41,8 @@ def main() -> None:
     if 0 in indexes:
         ap.error("conversation 0 holds the acceptance questions; tune on others")
     mem, items = conversation_questions(args.store, indexes, args.limit)
-    settings = parse_sets(args.sets, mem.settings)
-    engine = Engine(mem, make_llm("local"))
+    engine, render = configs(args.sets, mem)
+    llm = make_llm("local")
     done = {k for _, k in load_done(args.out)}
     reused = ({r["key"]: r["fast"] for r in read_results(args.fast_from)}
               if args.fast_from else {})
@@ -57,8 +56,8 @@ def main() -> None:
             for mode in ("fast", "deep"):
                 if mode in rec:
                     continue
-                ans = engine.ask(it.q.question, scope=it.scope, mode=mode, budget=args.budget,
-                                 settings=settings)
+                ans = mem.ask(it.q.question, scope=it.scope, llm=llm, mode=mode, budget=args.budget,
+                              engine=engine, render=render)
                 rec[mode] = {"answer": ans.text, "f1": score_locomo(ans.text, it.q.answer, it.q.category),
                              "receipt": receipt_summary(ans.receipt)}
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -22,16 +22,14 @@ from pathlib import Path
 from prefix_scale import PYPI_LIST, corpus, queries
 
 from suffice import Memory, NewItem
-from suffice.bench.report import envelope, percentile, write_json
-from suffice.render import render_context
-from suffice.tokens import count_tokens, fill_in_order
+from suffice._bench.report import envelope, percentile, write_json
+from suffice._tokens import count_tokens, fill_in_order
 
 
 def prefix_fill(mem: Memory, scope: str, query: str, budget: int) -> str:
     """The fused prefix, deep enough to fill ``budget``, greedily packed as item lines."""
-    ev = mem.retriever.prefix(scope, query, k=max(100, budget // 16))
-    by_seq = {it.seq: it for it in ev.items}
-    lines = [by_seq[hit.seq].render() for hit in ev.hits]
+    ev = mem.search(query, scope=scope, k=max(100, budget // 16))
+    lines = [hit.item.render() for hit in ev.hits]
     return "\n".join(lines[i] for i in fill_in_order((count_tokens(x) + 1 for x in lines), budget))
 
 
@@ -50,7 +48,7 @@ def build(n: int, workdir: Path) -> tuple[Memory, list[str], float]:
 def run_size(n: int, n_queries: int, budget: int, workdir: Path, modes: list[str]) -> dict[str, object]:
     mem, texts, ingest_s = build(n, workdir)
     qs = queries(texts, n_queries * (len(modes) + 1), seed=23)
-    render_context(mem, "warm up the caches", budget, scope="bench")
+    mem.render("warm up the caches", budget, scope="bench")
     prefix_fill(mem, "bench", "warm up the caches", budget)
     out: dict[str, object] = {"items": n, "units": len(mem.retriever.index("bench").views.units),
                               "records": len(mem.store.records("bench")), "budget": budget,
@@ -61,7 +59,7 @@ def run_size(n: int, n_queries: int, budget: int, workdir: Path, modes: list[str
         tokens: list[int] = []
         for q in qs[mi * n_queries:(mi + 1) * n_queries]:
             t = time.perf_counter()
-            ctx = render_context(mem, q, budget, scope="bench", mode=mode)  # type: ignore[arg-type]
+            ctx = mem.render(q, budget, scope="bench", mode=mode)  # type: ignore[arg-type]
             totals.append((time.perf_counter() - t) * 1e3)
             tokens.append(ctx.tokens)
             for k, v in ctx.timings_ms.items():

@@ -56,7 +56,7 @@ def _answerer(mem: Memory):  # type: ignore[no-untyped-def]
     if ask is None:
         return None
     try:
-        from suffice.llm import make_llm
+        from suffice import make_llm
         llm = make_llm("local")
     except Exception as exc:  # missing extra or model: say so and keep the retrieval demo
         print(f"(no local model: {exc}; showing retrieval only)\n")

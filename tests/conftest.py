@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from suffice import Memory, NewItem
-from suffice.datasets.paths import shared_data_dir
+from suffice._datasets.paths import shared_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORY = ROOT / "examples" / "history.jsonl"
@@ -17,7 +17,7 @@ HISTORY = ROOT / "examples" / "history.jsonl"
 
 @pytest.fixture(scope="session")
 def embedder():  # type: ignore[no-untyped-def]
-    from suffice.embed import MiniLMEmbedder
+    from suffice._embed import MiniLMEmbedder
     return MiniLMEmbedder()
 
 

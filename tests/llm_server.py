@@ -38,8 +38,8 @@ def smollm2_path() -> Path:
     """The SmolLM2 GGUF, or skip the test with the reason it is unavailable."""
     if not have_llama_cpp():
         pytest.skip("llama-cpp-python is not installed (pip install 'suffice[local]')")
-    from suffice.errors import ModelFileError
-    from suffice.llm.models import resolve_model
+    from suffice._errors import ModelFileError
+    from suffice._llm.models import resolve_model
 
     try:
         return resolve_model("smollm2-135m")

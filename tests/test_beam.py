@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from suffice import ImportFormatError
-from suffice.datasets.beam import load_beam, load_conversation
-from suffice.datasets.paths import shared_data_dir
+from suffice._datasets.beam import load_beam, load_conversation
+from suffice._datasets.paths import shared_data_dir
 
 
 def write_conversation(folder: Path) -> Path:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from suffice.bench.progressive import auc, summarize
+from suffice._bench.progressive import auc, summarize
 
 
 def test_auc_is_mann_whitney_with_half_ties():
@@ -52,7 +52,7 @@ def test_router_auc_leaves_out_unknown_labels(tmp_path):
 
 def test_the_plot_draws_one_line_per_router(tmp_path):
     pytest.importorskip("matplotlib")
-    from suffice.bench.progressive import plot
+    from suffice._bench.progressive import plot
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps(_rec("a", 1.0, 1.0, 0.9)) + "\n")
     png = tmp_path / "p.png"
@@ -88,7 +88,7 @@ def test_acceptance_reports_how_far_off_a_failing_router_is(tmp_path):
 
 
 def test_paired_bootstrap_brackets_the_mean_difference():
-    from suffice.bench.report import paired_bootstrap
+    from suffice._bench.report import paired_bootstrap
     diff, lo, hi = paired_bootstrap([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0])
     assert diff == pytest.approx(1.5) and lo <= diff <= hi and lo >= 0.0
     assert paired_bootstrap([2.0] * 5, [1.0] * 5) == (1.0, 1.0, 1.0)
@@ -98,10 +98,10 @@ def test_paired_bootstrap_brackets_the_mean_difference():
 
 def test_verify_runs_auto_for_real_and_matches_the_composed_records(tmp_path, memory):
     """run() records fast and deep; verify() runs auto and must agree with them."""
-    from suffice.bench.progressive import run, verify
-    from suffice.bench.qa import QAItem
-    from suffice.datasets.locomo import LocomoQuestion
-    from suffice.llm import ScriptedLLM
+    from suffice._bench.progressive import run, verify
+    from suffice._bench.qa import QAItem
+    from suffice._datasets.locomo import LocomoQuestion
+    from suffice._llm import ScriptedLLM
 
     def respond(messages):
         if "reading one excerpt" in messages[0]["content"]:
@@ -126,10 +126,10 @@ def test_verify_runs_auto_for_real_and_matches_the_composed_records(tmp_path, me
 
 def test_verify_expects_the_fast_path_where_a_recorded_deep_run_fell_back_to_it(tmp_path, memory):
     """Agents that find nothing send deep to the fast path; verify compares with that path."""
-    from suffice.bench.progressive import run, verify
-    from suffice.bench.qa import QAItem
-    from suffice.datasets.locomo import LocomoQuestion
-    from suffice.llm import ScriptedLLM
+    from suffice._bench.progressive import run, verify
+    from suffice._bench.qa import QAItem
+    from suffice._datasets.locomo import LocomoQuestion
+    from suffice._llm import ScriptedLLM
 
     def respond(messages):
         if "reading one excerpt" in messages[0]["content"]:
@@ -146,7 +146,7 @@ def test_verify_expects_the_fast_path_where_a_recorded_deep_run_fell_back_to_it(
 
 
 def test_a_result_names_the_command_that_produced_it():
-    from suffice.bench.report import _command
+    from suffice._bench.report import _command
     assert _command(["/venv/bin/suffice", "bench", "qa", "--limit", "5"]) == "suffice bench qa --limit 5"
     assert _command(["benchmarks/deep_variant.py", "--out", "x.jsonl"]) == \
         "python benchmarks/deep_variant.py --out x.jsonl"

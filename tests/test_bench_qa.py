@@ -2,9 +2,9 @@
 
 import json
 
-from suffice.bench import qa
-from suffice.datasets.locomo import LocomoConversation, LocomoQuestion
-from suffice.llm import ScriptedLLM
+from suffice._bench import qa
+from suffice._datasets.locomo import LocomoConversation, LocomoQuestion
+from suffice._llm import ScriptedLLM
 
 
 def conv(sample_id, cats):

@@ -2,9 +2,8 @@
 
 import pytest
 
-from suffice.store import SQLiteStore
-from suffice.store.sqlite import ItemRow
-from suffice.types import NewItem
+from suffice._store import ItemRow, SQLiteStore
+from suffice._types import NewItem
 
 rank_bm25 = pytest.importorskip("rank_bm25")
 
@@ -27,7 +26,7 @@ QUERIES = [["cat"], ["red", "fox"], ["sea", "ship"], ["frog", "log", "pond"], ["
 @pytest.mark.parametrize("query", QUERIES, ids=lambda q: "+".join(q))
 def test_scores_match_rank_bm25(tmp_path, query):
     st = SQLiteStore(tmp_path / "p.db")
-    st.append("s", [ItemRow(NewItem(text=t), tokens=1, pieces=[(0, len(t))], piece_bodies=[t])
+    st.append("s", [ItemRow(NewItem(text=t), "", None, 1, [(0, len(t))], [t])
                     for t in CORPUS])
     ours = {seq: score for seq, _, score in st.bm25("s", query, limit=100)}
     ref = rank_bm25.BM25Okapi([t.split() for t in CORPUS], k1=1.2, b=0.75).get_scores(query)
@@ -39,7 +38,7 @@ def test_scores_match_rank_bm25(tmp_path, query):
 
 def test_ranking_order_matches(tmp_path):
     st = SQLiteStore(tmp_path / "p.db")
-    st.append("s", [ItemRow(NewItem(text=t), tokens=1, pieces=[(0, len(t))], piece_bodies=[t])
+    st.append("s", [ItemRow(NewItem(text=t), "", None, 1, [(0, len(t))], [t])
                     for t in CORPUS])
     ref = rank_bm25.BM25Okapi([t.split() for t in CORPUS], k1=1.2, b=0.75).get_scores(["sea", "blue"])
     ours = [seq for seq, _, _ in st.bm25("s", ["sea", "blue"], limit=100)]

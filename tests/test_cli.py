@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from suffice.cli import app
+from suffice._cli import app
 
 runner = CliRunner()
 
@@ -74,7 +74,8 @@ def test_import_locomo_rejects_a_malformed_file_naming_the_record(db, tmp_path):
     r = run("--db", db, "import", "locomo", str(bad))
     assert r.exit_code == 2
     assert "c1" in r.output and "session_1 turn 0" in r.output and "missing text" in r.output
-    assert "items: 0" in run("--db", db, "stats").output.replace("  ", "")
+    r = run("--db", db, "stats")  # the file was refused before any store was opened
+    assert r.exit_code == 2 and "no store at" in r.output
 
 
 def test_import_locomo_small_file(db, tmp_path):
@@ -94,7 +95,7 @@ def test_import_locomo_small_file(db, tmp_path):
 def test_import_locomo_takes_a_file_or_loaded_conversations(tmp_path):
     """Both routes store the same items, and importing twice adds nothing."""
     from suffice import Memory
-    from suffice.datasets.locomo import load_locomo
+    from suffice._datasets.locomo import load_locomo
 
     f = tmp_path / "c.json"
     f.write_text(json.dumps([{"sample_id": "c1", "conversation": {
@@ -105,7 +106,7 @@ def test_import_locomo_takes_a_file_or_loaded_conversations(tmp_path):
     by_convs = Memory(tmp_path / "b.db", embedder=None)
     assert by_file.import_locomo(f) == {"c1": 2}
     assert by_convs.import_locomo(load_locomo(f)) == {"c1": 2}
-    assert [it.text for it in by_file.items("c1")] == [it.text for it in by_convs.items("c1")]
+    assert [it.text for it in by_file.items(scope="c1")] == [it.text for it in by_convs.items(scope="c1")]
     assert by_file.import_locomo(f) == {"c1": 0}  # nothing new
     assert by_file.stats().items == 2
 

@@ -1,19 +1,20 @@
 """Progressive execution: fast stops after the prefix, deep reads blocks concurrently,
 auto follows the router, and every receipt adds up."""
 
-
 import pytest
+from conftest import history_items
 
-from suffice import ConfigError, ProviderError, Settings
-from suffice.deep import choose_blocks
-from suffice.engine import Engine, split_aggregate
-from suffice.llm import Price, ScriptedLLM
-from suffice.route import LMRouter, ScoreRouter
-from suffice.types import Item
+from suffice import ConfigError, EngineConfig, Memory, ProviderError, StoreConfig
+from suffice._deep import choose_blocks
+from suffice._engine import split_aggregate
+from suffice._llm import Price, ScriptedLLM
+from suffice._route import LMRouter, ScoreRouter
+from suffice._types import Item
 
 
 def reader(delay_s: float = 0.0) -> ScriptedLLM:
     """Answers like a reader, a block agent or an aggregator depending on the prompt."""
+
     def respond(messages):
         system = messages[0]["content"]
         if "reading one excerpt" in system:
@@ -21,13 +22,15 @@ def reader(delay_s: float = 0.0) -> ScriptedLLM:
         if "combine notes" in system:
             return "CONFLICTS: none\n<answer>Figo</answer>"
         return "<answer>Figo</answer>"
+
     return ScriptedLLM(respond, delay_s=delay_s, price=Price(1.0, 2.0))
 
 
 def test_fast_path_reads_the_budgeted_render_by_default(memory):
     llm = reader()
-    ans = Engine(memory, llm).ask("What is the name of Dana's cat?", scope="dana", mode="fast",
-                                  budget=300)
+    ans = memory.ask(
+        llm=llm, question="What is the name of Dana's cat?", scope="dana", mode="fast", budget=300
+    )
     r = ans.receipt
     assert ans.text == "Figo" and r.path == "fast"
     assert 0 < r.context_tokens <= int(0.95 * 300)
@@ -36,8 +39,13 @@ def test_fast_path_reads_the_budgeted_render_by_default(memory):
 
 
 def test_fast_path_answers_from_the_prefix_with_one_call(memory):
-    ans = Engine(memory, reader(), context="prefix").ask("What is the name of Dana's cat?",
-                                                         scope="dana", mode="fast")
+    ans = memory.ask(
+        llm=reader(),
+        engine=EngineConfig(context="prefix"),
+        question="What is the name of Dana's cat?",
+        scope="dana",
+        mode="fast",
+    )
     r = ans.receipt
     assert ans.text == "Figo"
     assert r.path == "fast" and len(r.calls) == 1 and r.calls[0].stage == "answer"
@@ -46,8 +54,7 @@ def test_fast_path_answers_from_the_prefix_with_one_call(memory):
 
 
 def test_deep_path_reads_blocks_and_aggregates(memory):
-    eng = Engine(memory, reader())
-    ans = eng.ask("What is the name of Dana's cat?", scope="dana", mode="deep")
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), mode="deep")
     r = ans.receipt
     assert ans.text == "Figo" and r.path == "deep"
     assert r.blocks and all(b.ok for b in r.blocks)
@@ -58,7 +65,7 @@ def test_deep_path_reads_blocks_and_aggregates(memory):
 
 @pytest.mark.parametrize("mode", ["fast", "deep"])
 def test_receipts_add_up(memory, mode):
-    r = Engine(memory, reader()).ask("When is the Kyoto trip?", scope="dana", mode=mode).receipt
+    r = memory.ask(llm=reader(), question="When is the Kyoto trip?", scope="dana", mode=mode).receipt
     assert sum(r.stages_ms.values()) <= r.t_e2e_ms
     assert r.t_mem_ms <= r.t_e2e_ms
     assert r.cost_usd == pytest.approx(sum(c.cost_usd for c in r.calls))
@@ -77,13 +84,14 @@ def test_receipts_add_up(memory, mode):
 
 
 def _note(block, lines):
-    from suffice.deep import AgentNote
+    from suffice._deep import AgentNote
+
     return AgentNote(block, 10 * block, 10 * block + 9, "\n".join(lines), "", True, 1.0)
 
 
 def test_notes_share_the_budget_and_keep_whole_lines():
-    from suffice.deep import notes_text
-    from suffice.tokens import count_tokens
+    from suffice._deep import notes_text
+    from suffice._tokens import count_tokens
 
     old = _note(0, [f"old line {i} about the first trip to Kyoto in spring" for i in range(12)])
     new = _note(1, [f"new line {i} about the second trip to Osaka in autumn" for i in range(12)])
@@ -103,8 +111,8 @@ def test_notes_share_the_budget_and_keep_whole_lines():
 
 
 def test_a_line_shared_by_overlapping_blocks_survives_a_tight_budget():
-    from suffice.deep import notes_text
-    from suffice.tokens import count_tokens
+    from suffice._deep import notes_text
+    from suffice._tokens import count_tokens
 
     shared = "Dana: we fly to Kyoto on the 3rd."
     a = _note(0, ["Dana: the cat is called Figo.", "Dana: I started a new job.", shared])
@@ -117,7 +125,7 @@ def test_a_line_shared_by_overlapping_blocks_survives_a_tight_budget():
 
 
 def test_a_long_note_line_does_not_block_the_others():
-    from suffice.deep import notes_text
+    from suffice._deep import notes_text
 
     long = _note(0, ["word " * 300])
     text, used = notes_text([long, _note(1, ["Figo is the cat."])], 50)
@@ -128,34 +136,45 @@ def test_a_long_note_line_does_not_block_the_others():
 def test_auto_stops_early_when_the_router_says_enough(memory):
     llm = reader()
     llm_router = ScriptedLLM("unused", probs={"yes": 0.9, "no": 0.1})
-    eng = Engine(memory, llm, router=LMRouter(llm_router))
-    r = eng.ask("What is the name of Dana's cat?", scope="dana", mode="auto", tau=0.5).receipt
+    router = LMRouter(llm_router)
+    r = memory.ask(
+        "What is the name of Dana's cat?", scope="dana", llm=llm, router=router, mode="auto", tau=0.5
+    ).receipt
     assert r.path == "fast" and r.router_score == pytest.approx(0.9) and r.tau == 0.5
-    r = eng.ask("What is the name of Dana's cat?", scope="dana", mode="auto", tau=0.95).receipt
+    r = memory.ask(
+        "What is the name of Dana's cat?", scope="dana", llm=llm, router=router, mode="auto", tau=0.95
+    ).receipt
     assert r.path == "deep"
 
 
 def test_evidence_over_the_router_budget_goes_deep_and_says_why(memory):
-    eng = Engine(memory, reader(), router=LMRouter(ScriptedLLM("x", probs={"yes": 1.0}), input_budget=5))
-    r = eng.ask("Kyoto trip", scope="dana", mode="auto").receipt
+    router = LMRouter(ScriptedLLM("x", probs={"yes": 1.0}), input_budget=5)
+    r = memory.ask("Kyoto trip", scope="dana", llm=reader(), router=router, mode="auto").receipt
     assert r.path == "deep"
     assert any("exceeds the router's input budget" in n for n in r.notes)
     # The engine enforces the budget for every router, not only routers that check it.
-    r = Engine(memory, reader(), router=ScoreRouter(input_budget=5)).ask(
-        "Kyoto trip", scope="dana", mode="auto", tau=0.0).receipt
+    r = memory.ask(
+        llm=reader(),
+        router=ScoreRouter(input_budget=5),
+        question="Kyoto trip",
+        scope="dana",
+        mode="auto",
+        tau=0.0,
+    ).receipt
     assert r.path == "deep" and any("input budget" in n for n in r.notes)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), 1.5, -0.1])
 def test_a_router_score_outside_0_1_sends_the_query_deep(memory, bad):
-    from suffice.route import RouterDecision
+    from suffice._route import RouterDecision
 
     class Odd:
         name, input_budget = "odd", 10_000
 
         def score(self, query, evidence, *, ledger=None):
             return RouterDecision(bad, "odd", 0.0)
-    r = Engine(memory, reader(), router=Odd()).ask("Kyoto trip", scope="dana", mode="auto").receipt
+
+    r = memory.ask(llm=reader(), router=Odd(), question="Kyoto trip", scope="dana", mode="auto").receipt
     assert r.path == "deep" and any("not a score in [0, 1]" in n for n in r.notes)
 
 
@@ -165,7 +184,8 @@ def test_a_crashing_router_sends_the_query_deep(memory):
 
         def score(self, query, evidence, *, ledger=None):
             raise KeyError("feature")
-    r = Engine(memory, reader(), router=Broken()).ask("Kyoto trip", scope="dana", mode="auto").receipt
+
+    r = memory.ask(llm=reader(), router=Broken(), question="Kyoto trip", scope="dana", mode="auto").receipt
     assert r.path == "deep" and any("router broken failed (KeyError" in n for n in r.notes)
 
 
@@ -176,25 +196,34 @@ def test_score_router_is_a_probability_with_reasons(memory):
 
 
 def test_auto_without_a_router_uses_the_retrieval_signal_router(memory):
-    r = Engine(memory, reader()).ask("What is the name of Dana's cat?", scope="dana",
-                                     mode="auto").receipt
+    r = memory.ask(
+        llm=reader(), question="What is the name of Dana's cat?", scope="dana", mode="auto"
+    ).receipt
     assert r.router == "retrieval-signals" and r.router_score is not None
     assert r.path == ("fast" if r.router_score >= r.tau else "deep")
 
 
 def test_an_unknown_mode_is_a_config_error(memory):
     with pytest.raises(ConfigError, match="mode"):
-        Engine(memory, reader()).ask("x y", scope="dana", mode="quick")  # type: ignore[arg-type]
+        memory.ask(llm=reader(), question="x y", scope="dana", mode="quick")  # type: ignore[arg-type]
 
 
-def test_agents_run_concurrently(memory):
-    settings = Settings(block_tokens=128, block_stride=64, anchor_blocks=4, max_blocks=4, concurrency=4)
-    memory.settings = settings
-    memory.retriever.settings = settings
-    memory.retriever._scopes.clear()
+@pytest.fixture
+def small_blocks(tmp_path, embedder):
+    mem = Memory(
+        tmp_path / "b.db", embedder=embedder, store_config=StoreConfig(block_tokens=128, block_stride=64)
+    )
+    mem.add(history_items(), scope="dana")
+    yield mem
+    mem.close()
+
+
+def test_agents_run_concurrently(small_blocks):
     slow = reader(delay_s=0.4)
-    r = Engine(memory, slow).ask("Dana cat Kyoto rainfall model conference", scope="dana",
-                                 mode="deep").receipt
+    config = EngineConfig(anchor_blocks=4, max_blocks=4, concurrency=4)
+    r = small_blocks.ask(
+        "Dana cat Kyoto rainfall model conference", scope="dana", llm=slow, mode="deep", engine=config
+    ).receipt
     agent_calls = [c for c in r.calls if c.stage == "block_agent"]
     assert len(agent_calls) == 4
     assert sum(c.latency_ms for c in agent_calls) >= 1500
@@ -203,7 +232,7 @@ def test_agents_run_concurrently(memory):
 
 def test_a_failing_reader_degrades_and_says_so(memory):
     broken = ScriptedLLM([ProviderError("connection refused", endpoint="http://127.0.0.1:9")] * 3)
-    ans = Engine(memory, broken).ask("What is the name of Dana's cat?", scope="dana", mode="fast")
+    ans = memory.ask(llm=broken, question="What is the name of Dana's cat?", scope="dana", mode="fast")
     assert ans.receipt.degraded
     assert any("answer call failed" in n for n in ans.receipt.notes)
     assert ans.text  # the top evidence stands in for the answer
@@ -214,7 +243,8 @@ def test_failing_block_agents_fall_back_to_the_fast_path(memory):
         if "reading one excerpt" in messages[0]["content"]:
             raise ProviderError("HTTP 500", endpoint="x", status=500)
         return "<answer>Figo</answer>"
-    ans = Engine(memory, ScriptedLLM(respond)).ask("cat name?", scope="dana", mode="deep")
+
+    ans = memory.ask(llm=ScriptedLLM(respond), question="cat name?", scope="dana", mode="deep")
     r = ans.receipt
     assert ans.text == "Figo" and r.path == "fast" and r.degraded
     assert any("agent failed" in n for n in r.notes)
@@ -224,12 +254,10 @@ def test_failing_block_agents_fall_back_to_the_fast_path(memory):
     assert sum(c.stage == "block_agent" for c in r.calls) == len(r.blocks)
 
 
-def test_blocks_are_anchors_plus_neighbours_capped(memory):
-    ev = memory.search("Kyoto trip November", scope="dana", k=10)
-    views = memory.retriever.index("dana").views
-    s = Settings(block_tokens=128, block_stride=64, anchor_blocks=2, max_blocks=4)
-    views.settings = s
-    chosen = choose_blocks(ev.hits, views, s)
+def test_blocks_are_anchors_plus_neighbours_capped(small_blocks):
+    ev = small_blocks.search("Kyoto trip November", scope="dana", k=10)
+    views = small_blocks.retriever.index("dana").views
+    chosen = choose_blocks(ev.hits, views, EngineConfig(anchor_blocks=2, max_blocks=4))
     assert 1 <= len(chosen) <= 4
     assert [c.block.index for c in chosen] == sorted(c.block.index for c in chosen)
     assert sum(c.why.startswith("anchor") for c in chosen) <= 2
@@ -243,42 +271,59 @@ def test_llm_aggregator_flags_conflicts(memory):
         if "combine notes" in system:
             return "CONFLICTS: October became November\n<answer>November</answer>"
         return "<answer>October</answer>"
-    eng = Engine(memory, ScriptedLLM(respond), aggregator="llm")
-    ans = eng.ask("When is the Kyoto trip?", scope="dana", mode="deep")
+
+    ans = memory.ask(
+        "When is the Kyoto trip?",
+        scope="dana",
+        llm=ScriptedLLM(respond),
+        mode="deep",
+        engine=EngineConfig(aggregator="llm"),
+    )
     assert ans.text == "November"
     assert any("October became November" in n for n in ans.receipt.notes)
 
 
 def _items(*texts: str) -> list[Item]:
-    return [Item(f"i{n}", "s", n, "s1", "Dana", "user", "message", "2025-04-11", t, {}, 10)
-            for n, t in enumerate(texts)]
+    return [
+        Item(f"i{n}", "s", n, "s1", "Dana", "user", "message", "2025-04-11", t, {}, 10)
+        for n, t in enumerate(texts)
+    ]
 
 
 def test_agent_notes_quote_the_items_they_were_copied_from():
-    from suffice.deep import cited_items
+    from suffice._deep import cited_items
+
     items = _items("Work was long today.", "We adopted a grey cat from the shelter. Her name is Figo.")
     out = "- [2025-04-11] Dana: Her name is Figo.\nYou help answer a question about a long history\nNONE"
     assert cited_items(out, items, "What is the cat called?", 0.7) == [items[1]]
 
 
 def test_the_deep_receipt_names_the_items_the_notes_quote(memory):
-    r = Engine(memory, reader()).ask("What is the name of Dana's cat?", scope="dana",
-                                     mode="deep").receipt
-    figo = [it.seq for it in memory.store.items("dana") if "Her name is Figo" in it.text]
+    r = memory.ask(
+        llm=reader(), question="What is the name of Dana's cat?", scope="dana", mode="deep"
+    ).receipt
+    figo = [it.seq for it in memory.items(scope="dana") if "Her name is Figo" in it.text]
     notes = [p for p in r.parts if p.reason.startswith("notes of block")]
     assert notes and all(p.seqs == tuple(figo) for p in notes)
 
 
 def test_a_line_that_restates_the_question_with_a_guess_is_not_a_note():
-    from suffice.deep import cited_items
+    from suffice._deep import cited_items
+
     items = _items("My grandma gave me this necklace in my home country, Sweden.")
     guesses = "Dana's grandma is from Canada.\nThe country Dana's grandma is from is the United States."
     assert cited_items(guesses, items, "What country is Dana's grandma from?", 0.7) == []
-    assert cited_items("my home country, Sweden", items, "What country is Dana's grandma from?",
-                       0.7) == items
+    assert cited_items("my home country, Sweden", items, "What country is Dana's grandma from?", 0.7) == items
     # A copied date and speaker do not make a guess a quote: every turn of the day has them.
-    assert cited_items("[2025-04-11] Dana: Dana's grandma is from Canada.", items,
-                       "What country is Dana's grandma from?", 0.7) == []
+    assert (
+        cited_items(
+            "[2025-04-11] Dana: Dana's grandma is from Canada.",
+            items,
+            "What country is Dana's grandma from?",
+            0.7,
+        )
+        == []
+    )
 
 
 def test_llm_aggregator_receipt_adds_up(memory):
@@ -286,8 +331,14 @@ def test_llm_aggregator_receipt_adds_up(memory):
         if "reading one excerpt" in messages[0]["content"]:
             return "[2025-04-11] Dana: We adopted a grey cat from the shelter last weekend. Her name is Figo."
         return "CONFLICTS: none\n<answer>Figo</answer>"
-    r = Engine(memory, ScriptedLLM(respond), aggregator="llm").ask(
-        "What is the name of Dana's cat?", scope="dana", mode="deep").receipt
+
+    r = memory.ask(
+        llm=ScriptedLLM(respond),
+        engine=EngineConfig(aggregator="llm"),
+        question="What is the name of Dana's cat?",
+        scope="dana",
+        mode="deep",
+    ).receipt
     assert r.path == "deep" and r.parts
     assert sum(p.tokens for p in r.parts) <= r.context_tokens
     assert r.t_mem_ms == pytest.approx(sum(v for k, v in r.stages_ms.items() if k != "aggregate"))
@@ -303,8 +354,10 @@ def test_a_failed_aggregation_counts_as_memory_work(memory):
         if calls["n"] == 1:  # the deep path's answer call
             raise ProviderError("HTTP 500", endpoint="x", status=500)
         return "<answer>Figo</answer>"
-    r = Engine(memory, ScriptedLLM(respond)).ask("What is the name of Dana's cat?", scope="dana",
-                                                  mode="deep").receipt
+
+    r = memory.ask(
+        llm=ScriptedLLM(respond), question="What is the name of Dana's cat?", scope="dana", mode="deep"
+    ).receipt
     assert r.path == "fast" and r.degraded and "aggregate" in r.stages_ms
     assert r.t_mem_ms == pytest.approx(sum(v for k, v in r.stages_ms.items() if k != "answer"))
 
@@ -312,7 +365,9 @@ def test_a_failed_aggregation_counts_as_memory_work(memory):
 def test_aggregate_parsing_is_lenient():
     assert split_aggregate("CONFLICTS: none\n<answer>Lisbon</answer>") == ("Lisbon", "")
     assert split_aggregate("CONFLICTS: moved from Porto to Lisbon\nLisbon") == (
-        "Lisbon", "moved from Porto to Lisbon")
+        "Lisbon",
+        "moved from Porto to Lisbon",
+    )
     listed = "CONFLICTS:\n\n- lived in Porto, then Lisbon\n- cat was Miso, now Figo\n<answer>Lisbon</answer>"
     assert split_aggregate(listed) == ("Lisbon", "lived in Porto, then Lisbon; cat was Miso, now Figo")
     assert split_aggregate("CONFLICTS: none\n- Lisbon") == ("- Lisbon", "")
@@ -321,25 +376,31 @@ def test_aggregate_parsing_is_lenient():
 @pytest.mark.parametrize("budget", [0, 60, 120])
 def test_tiny_budgets_never_crash_either_path(memory, budget):
     for mode in ("fast", "deep"):
-        ans = Engine(memory, reader()).ask("Dana cat name?", scope="dana", mode=mode, budget=budget)
+        ans = memory.ask(llm=reader(), question="Dana cat name?", scope="dana", mode=mode, budget=budget)
         assert ans.receipt.context_tokens <= int(0.95 * budget)
 
 
-def test_per_query_settings_bound_the_deep_path(memory):
-    one = Settings(anchor_blocks=1, max_blocks=1)
-    r = Engine(memory, reader()).ask("When is the Kyoto trip?", scope="dana", mode="deep",
-                                     settings=one).receipt
+def test_a_per_query_engine_config_bounds_the_deep_path(memory):
+    one = EngineConfig(anchor_blocks=1, max_blocks=1)
+    r = memory.ask(
+        llm=reader(), question="When is the Kyoto trip?", scope="dana", mode="deep", engine=one
+    ).receipt
     assert len(r.blocks) == 1
-    r = Engine(memory, reader()).ask("When is the Kyoto trip?", scope="dana", mode="deep").receipt
-    assert len(r.blocks) > 1  # the memory's own settings are untouched
+    r = memory.ask(llm=reader(), question="When is the Kyoto trip?", scope="dana", mode="deep").receipt
+    assert len(r.blocks) > 1  # the memory's own config is untouched
 
 
 def test_deep_notes_state_relative_dates_against_the_turns_date(memory):
     llm = reader()
-    r = Engine(memory, llm).ask("When did Dana adopt Figo?", scope="dana", mode="deep").receipt
+    r = memory.ask(llm=llm, question="When did Dana adopt Figo?", scope="dana", mode="deep").receipt
     prompt = llm.calls[-1][-1]["content"]
     assert "last weekend = the weekend before 11 April 2025" in prompt
     assert any("relative dates stated" in n for n in r.notes) and "dates" in r.stages_ms
-    off = Engine(memory, reader()).ask("When did Dana adopt Figo?", scope="dana", mode="deep",
-                                      settings=Settings(resolve_dates=False))
+    off = memory.ask(
+        llm=reader(),
+        question="When did Dana adopt Figo?",
+        scope="dana",
+        mode="deep",
+        engine=EngineConfig(resolve_dates=False),
+    )
     assert not any("relative dates" in n for n in off.receipt.notes)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from suffice.bench.judge import JudgeVerdict, judge, parse_verdict
-from suffice.errors import ProviderError
-from suffice.llm import Ledger, ScriptedLLM
+from suffice._bench.judge import JudgeVerdict, judge, parse_verdict
+from suffice._errors import ProviderError
+from suffice._llm import Ledger, ScriptedLLM
 
 
 def test_json_verdict() -> None:
@@ -63,7 +63,7 @@ def test_provider_failure_never_raises() -> None:
 def test_judge_file_grades_every_answer_in_place_and_resumes(tmp_path) -> None:
     import json
 
-    from suffice.bench.judge import judge_file
+    from suffice._bench.judge import judge_file
 
     path = tmp_path / "p.jsonl"
     recs = [
@@ -92,7 +92,7 @@ def test_judge_file_grades_every_answer_in_place_and_resumes(tmp_path) -> None:
 def test_judge_file_keeps_failed_verdicts_apart(tmp_path) -> None:
     import json
 
-    from suffice.bench.judge import judge_file
+    from suffice._bench.judge import judge_file
 
     path = tmp_path / "q.jsonl"
     path.write_text(json.dumps({"key": "a", "question": "Q?", "gold": "x", "answer": "y"}) + "\n")

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from llm_server import FakeOpenAI, Reply, chat_body, free_port, llama_server, silent_server, smollm2_path
 
-from suffice.errors import ConfigError, ProviderError
-from suffice.llm import Ledger, Message, OpenAIHTTP, Price
+from suffice._errors import ConfigError, ProviderError
+from suffice._llm import Ledger, Message, OpenAIHTTP, Price
 
 Q: list[Message] = [{"role": "user", "content": "What is the capital of France?"}]
 YES_NO = {"yes": ["Yes", "yes"], "no": ["No", "no"]}

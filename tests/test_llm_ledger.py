@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from suffice.errors import ProviderError
-from suffice.llm import Ledger, Message, Price, ScriptedLLM
+from suffice._errors import ProviderError
+from suffice._llm import Ledger, Message, Price, ScriptedLLM
 
 Q: list[Message] = [{"role": "user", "content": "q"}]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from llm_server import have_llama_cpp, smollm2_path
 
-from suffice.errors import MissingExtraError, ModelFileError
-from suffice.llm import Ledger, LocalLlama, Message, make_llm
-from suffice.llm import models as m
+from suffice._errors import MissingExtraError, ModelFileError
+from suffice._llm import Ledger, LocalLlama, Message, make_llm
+from suffice._llm import models as m
 
 # -- assembly and checksums (no model needed) ---------------------------------------------------
 

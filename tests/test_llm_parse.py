@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from suffice.errors import OutputParseError, ProviderError
-from suffice.llm import Ledger, Message, ScriptedLLM, ask_parsed, extract_answer, extract_json
-from suffice.llm.parse import strip_fences
+from suffice._errors import OutputParseError, ProviderError
+from suffice._llm import Ledger, Message, ScriptedLLM, ask_parsed, extract_answer, extract_json
+from suffice._llm.parse import strip_fences
 
 Q: list[Message] = [{"role": "user", "content": "q"}]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from suffice.errors import ConfigError
-from suffice.llm import Price, price_for
-from suffice.llm.pricing import DEFAULT_PRICES
+from suffice._errors import ConfigError
+from suffice._llm import Price, price_for
+from suffice._llm.pricing import DEFAULT_PRICES
 
 
 def test_local_models_are_free_and_unknown_models_cost_nothing() -> None:

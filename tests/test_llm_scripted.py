@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from suffice.errors import ConfigError, ProviderError
-from suffice.llm import LLM, Ledger, Message, ScriptedLLM, make_llm
+from suffice._errors import ConfigError, ProviderError
+from suffice._llm import LLM, Ledger, Message, ScriptedLLM, make_llm
 
 Q: list[Message] = [{"role": "user", "content": "hello"}]
 

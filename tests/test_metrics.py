@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from suffice.bench.metrics import (
+from suffice._bench.metrics import (
     answer_tokens,
     exact_match,
     multi_answer_f1,

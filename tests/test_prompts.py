@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from suffice import prompts as p
-from suffice.bench.metrics import says_not_in_memory
+from suffice import _prompts as p
+from suffice._bench.metrics import says_not_in_memory
 
 
 @pytest.mark.parametrize(

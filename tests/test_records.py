@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import history_items
 
-from suffice import Memory, Settings
-from suffice.records import fit_line, record_summary, rule_record, write_new_records
-from suffice.tokens import count_tokens
-from suffice.types import Item
+from suffice import Memory, StoreConfig, StoreConfigError
+from suffice._records import fit_line, rule_record
+from suffice._tokens import count_tokens
+from suffice._types import Item
 
-SMALL_UNITS = Settings(unit_tokens=200)
+SMALL_UNITS = StoreConfig(unit_tokens=200)
 
 
 def _item(seq: int, text: str, speaker: str = "Dana", at: str = "2025-03-02") -> Item:
@@ -49,7 +49,7 @@ def test_without_times_a_record_names_the_item_range() -> None:
 
 
 def test_every_closed_unit_has_one_record_and_the_open_unit_none(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
-    with Memory(tmp_path / "m.db", settings=SMALL_UNITS, embedder=embedder) as mem:
+    with Memory(tmp_path / "m.db", store_config=SMALL_UNITS, embedder=embedder) as mem:
         mem.add(history_items(), scope="dana")
         units = mem.retriever.index("dana").views.units
         records = mem.store.records("dana")
@@ -62,7 +62,7 @@ def test_every_closed_unit_has_one_record_and_the_open_unit_none(tmp_path: Path,
 
 def test_records_and_links_never_change_and_match_a_one_batch_build(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
     items = history_items()
-    with Memory(tmp_path / "a.db", settings=SMALL_UNITS, embedder=embedder) as grown:
+    with Memory(tmp_path / "a.db", store_config=SMALL_UNITS, embedder=embedder) as grown:
         grown.add(items[:9], scope="dana")
         early = grown.store.records("dana")
         early_links = grown.store.links("dana")
@@ -72,7 +72,7 @@ def test_records_and_links_never_change_and_match_a_one_batch_build(tmp_path: Pa
         later_links = grown.store.links("dana")
     assert later[:len(early)] == early
     assert set(early_links) <= set(later_links)
-    with Memory(tmp_path / "b.db", settings=SMALL_UNITS, embedder=embedder) as whole:
+    with Memory(tmp_path / "b.db", store_config=SMALL_UNITS, embedder=embedder) as whole:
         whole.add(items, scope="dana")
         assert whole.store.records("dana") == later
         assert sorted(whole.store.links("dana")) == sorted(later_links)
@@ -80,7 +80,7 @@ def test_records_and_links_never_change_and_match_a_one_batch_build(tmp_path: Pa
 
 def test_content_links_point_to_at_most_m_earlier_units(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
     cfg = SMALL_UNITS.replace(links_per_unit=2)
-    with Memory(tmp_path / "m.db", settings=cfg, embedder=embedder) as mem:
+    with Memory(tmp_path / "m.db", store_config=cfg, embedder=embedder) as mem:
         mem.add(history_items(), scope="dana")
         links = mem.store.links("dana")
         assert links, "a history that returns to its topics links its units"
@@ -94,7 +94,7 @@ def test_content_links_point_to_at_most_m_earlier_units(tmp_path: Path, embedder
 
 def test_writing_again_writes_nothing(memory: Memory) -> None:
     before = memory.store.records("dana")
-    assert write_new_records(memory, "dana") == 0
+    assert memory.records.write_new("dana") == 0
     assert memory.store.records("dana") == before
 
 
@@ -103,14 +103,13 @@ def test_a_configured_writer_writes_the_gist(tmp_path: Path, embedder) -> None: 
         return f"{len(items)} turns about work and travel\nignored second line"
 
     writer.name = "fake-llm"  # type: ignore[attr-defined]
-    with Memory(tmp_path / "m.db", settings=SMALL_UNITS, embedder=embedder) as mem:
-        mem.record_writer = writer  # type: ignore[attr-defined]
+    with Memory(tmp_path / "m.db", store_config=SMALL_UNITS, embedder=embedder, record_writer=writer) as mem:
         mem.add(history_items(), scope="dana")
         records = mem.store.records("dana")
         assert records and all(r[4] == "fake-llm" for r in records)
         first = records[0][3]
         assert first.startswith("[2025-03-02] ") and first.endswith("turns about work and travel")
-        assert record_summary(mem, "dana")["writers"] == {"fake-llm": len(records)}
+        assert mem.records.summary("dana")["writers"] == {"fake-llm": len(records)}
 
 
 @pytest.mark.parametrize("result", [RuntimeError("model down"), "", "   "])
@@ -120,39 +119,35 @@ def test_a_failing_writer_falls_back_to_the_rule(tmp_path: Path, embedder, resul
             raise result
         return str(result)
 
-    with Memory(tmp_path / "m.db", settings=SMALL_UNITS, embedder=embedder) as mem:
-        mem.add(history_items()[:12], scope="dana")
-        n = write_new_records(mem, "dana", writer=writer)  # nothing new: the add wrote them
-        assert n == 0
-        mem.add(history_items()[12:], scope="dana")
-        assert all(r[4] == "rule" for r in mem.store.records("dana"))
-
-    with Memory(tmp_path / "w.db", settings=SMALL_UNITS, embedder=embedder) as mem:
-        mem.record_writer = writer  # type: ignore[attr-defined]
+    with Memory(tmp_path / "w.db", store_config=SMALL_UNITS, embedder=embedder, record_writer=writer) as mem:
         mem.add(history_items(), scope="dana")
         assert all(r[4] == "rule" for r in mem.store.records("dana"))
 
 
 def test_records_are_written_without_an_embedder_but_without_content_links(tmp_path: Path) -> None:
-    with Memory(tmp_path / "m.db", settings=SMALL_UNITS, embedder=None) as mem:
+    with Memory(tmp_path / "m.db", store_config=SMALL_UNITS, embedder=None) as mem:
         mem.add(history_items(), scope="dana")
         assert mem.store.records("dana")
         assert mem.store.links("dana") == []
 
 
-def test_records_of_another_unit_size_are_not_shown_for_the_wrong_units(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_a_store_refuses_other_unit_sizes_and_rebuilds_its_records_on_request(  # type: ignore[no-untyped-def]
+        tmp_path: Path, embedder) -> None:
     from suffice import NewItem
-    from suffice.records import scope_records
     path = tmp_path / "m.db"
-    small = Memory(path, settings=Settings(unit_tokens=30), embedder=embedder)
+    small = Memory(path, store_config=StoreConfig(unit_tokens=30), embedder=embedder)
     small.add([NewItem(text=f"turn number {i} about the river gauge", session="s") for i in range(12)],
               scope="x")
     unit0 = small.store.records("x")[0]
     assert unit0[0] == 0 and unit0[2] < 11  # a small first unit
     small.close()
-    big = Memory(path, settings=Settings(unit_tokens=2000), embedder=embedder)
+    with pytest.raises(StoreConfigError,
+                       match=r"unit_tokens 30 \(asked for 2000\).*rebuild --set unit_tokens=2000"):
+        Memory(path, store_config=StoreConfig(unit_tokens=2000), embedder=embedder)
+    assert Memory(path, embedder=embedder).store_config.unit_tokens == 30  # no config given: the saved one
+    big = Memory(path, store_config=StoreConfig(unit_tokens=2000), embedder=embedder, rebuild=True)
     big.add(NewItem(text="a turn of a new session", session="t"), scope="x")
-    _, st = scope_records(big, "x")
     first = big.retriever.index("x").views.units[0]
     assert (first.first_seq, first.last_seq) == (0, 11)
-    assert st.texts[0] != unit0[3]  # the small unit's record is not shown for the big unit
+    assert big.store.records("x")[0][:3] == (0, 0, 11)  # the record was rewritten for the big unit
+    assert big.store.load_config()["unit_tokens"] == 2000

@@ -8,19 +8,18 @@ from pathlib import Path
 import pytest
 from conftest import history_items
 
-from suffice import BudgetError, ConfigError, Memory, Settings
-from suffice.render import render_context
-from suffice.tokens import count_tokens
-from suffice.types import Context
+from suffice import BudgetError, ConfigError, EngineConfig, Memory, RenderConfig, RetrievalConfig, StoreConfig
+from suffice._tokens import count_tokens
+from suffice._types import Context
 
-SMALL_UNITS = Settings(unit_tokens=200)
+SMALL_UNITS = StoreConfig(unit_tokens=200)
 QUERY = "When is the rainfall model due?"
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory, embedder) -> Memory:  # type: ignore[no-untyped-def]
     """The 30-turn history packed into units of about 200 tokens (five units)."""
-    mem = Memory(tmp_path_factory.mktemp("render") / "m.db", settings=SMALL_UNITS, embedder=embedder)
+    mem = Memory(tmp_path_factory.mktemp("render") / "m.db", store_config=SMALL_UNITS, embedder=embedder)
     mem.add(history_items(), scope="dana")
     return mem
 
@@ -51,7 +50,7 @@ def test_same_store_query_and_budget_give_the_same_context(small: Memory, embedd
     a = small.render(QUERY, 700, scope="dana", mode="unit+piece")
     b = small.render(QUERY, 700, scope="dana", mode="unit+piece")
     assert (a.text, a.parts) == (b.text, b.parts)
-    with Memory(small.path, settings=SMALL_UNITS, embedder=embedder) as fresh:  # a new process
+    with Memory(small.path, store_config=SMALL_UNITS, embedder=embedder) as fresh:  # a new process
         c = fresh.render(QUERY, 700, scope="dana", mode="unit+piece")
     assert (c.text, c.parts) == (a.text, a.parts)
 
@@ -61,7 +60,7 @@ def test_a_negative_or_non_integer_budget_is_an_error(small: Memory) -> None:
         small.render(QUERY, -1, scope="dana")
     with pytest.raises(BudgetError, match="integer"):
         small.render(QUERY, 12.5, scope="dana")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="render mode"):
+    with pytest.raises(ConfigError, match="mode: Input should be .unit"):
         small.render(QUERY, 100, scope="dana", mode="everything")  # type: ignore[arg-type]
 
 
@@ -75,8 +74,8 @@ def test_a_budget_too_small_for_anything_gives_an_empty_context_that_says_so(sma
 
 def test_detail_degrades_raw_then_excerpt_then_pieces_then_timeline_only(small: Memory) -> None:
     # Whole unit when it fits, else an excerpt: never more detail on a smaller budget.
-    cfg = SMALL_UNITS.replace(excerpt_tokens=60, raw_first=True)
-    levels = [level(render_context(small, QUERY, b, scope="dana", mode="unit+piece", settings=cfg))
+    cfg = RenderConfig(excerpt_tokens=60, raw_first=True)
+    levels = [level(small.render(QUERY, b, scope="dana", render=cfg.replace(mode="unit+piece")))
               for b in range(1200, -1, -10)]
     assert levels == sorted(levels, reverse=True)
     assert set(levels) == {4, 3, 2, 1, 0}
@@ -85,8 +84,8 @@ def test_detail_degrades_raw_then_excerpt_then_pieces_then_timeline_only(small: 
 def test_excerpts_first_degrade_in_the_same_order_of_stages(small: Memory) -> None:
     # Excerpts first, widened to whole units while they fit (the default): at middle budgets a
     # unit may be whole or an excerpt, but the stages still come in order as the budget shrinks.
-    cfg = SMALL_UNITS.replace(excerpt_tokens=60)
-    levels = [level(render_context(small, QUERY, b, scope="dana", mode="unit+piece", settings=cfg))
+    cfg = RenderConfig(excerpt_tokens=60)
+    levels = [level(small.render(QUERY, b, scope="dana", render=cfg.replace(mode="unit+piece")))
               for b in range(1200, -1, -10)]
     first_seen = list(dict.fromkeys(levels))
     assert first_seen == [4, 3, 2, 1, 0]
@@ -98,7 +97,7 @@ def test_records_and_detail_are_shown_in_chronological_order(small: Memory) -> N
     ctx = small.render(QUERY, 900, scope="dana", mode="unit+piece")
     units = record_units(ctx)
     assert units == sorted(units) and len(units) == len(set(units))
-    items = {it.seq: it for it in small.items("dana")}
+    items = {it.seq: it for it in small.items(scope="dana")}
     shown = sorted({q for p in ctx.parts if p.kind in ("raw", "excerpt", "piece") for q in p.seqs})
     lines = ctx.text.splitlines()
     where = [next(i for i, ln in enumerate(lines) if items[q].text in ln) for q in shown]
@@ -115,8 +114,8 @@ def test_item_lines_do_not_repeat_the_time_their_record_header_states(small: Mem
     ctx = small.render(QUERY, 900, scope="dana", mode="unit")
     assert re.search(r"^# \[2025-09-15\] ", ctx.text, flags=re.M)
     assert re.search(r"^Dana: The Lisbon conference went well", ctx.text, flags=re.M)
-    cfg = SMALL_UNITS.replace(repeat_time=True)
-    ctx = render_context(small, QUERY, 900, scope="dana", mode="unit", settings=cfg)
+    cfg = RenderConfig(repeat_time=True)
+    ctx = small.render(QUERY, 900, scope="dana", render=cfg.replace(mode="unit"))
     assert re.search(r"^\[2025-09-15\] Dana: The Lisbon conference went well", ctx.text, flags=re.M)
 
 
@@ -139,9 +138,9 @@ def test_piece_recovery_brings_back_the_matching_turn_verbatim(small: Memory) ->
 
 def test_unit_recovery_shows_an_excerpt_around_the_best_piece_when_the_unit_does_not_fit(
         small: Memory) -> None:
-    cfg = SMALL_UNITS.replace(excerpt_tokens=60, timeline_share=0.0, raw_first=True)
-    ctx = render_context(small, "Who is getting married in October?", 140, scope="dana", mode="unit",
-                         settings=cfg)
+    cfg = RenderConfig(excerpt_tokens=60, timeline_share=0.0, raw_first=True)
+    ctx = small.render("Who is getting married in October?", 140, scope="dana",
+                       render=cfg.replace(mode="unit"))
     kinds = [p.kind for p in ctx.parts if p.kind != "record"]
     assert kinds == ["excerpt"]
     assert "Leo's sister is getting married in October" in ctx.text
@@ -163,8 +162,8 @@ def test_a_timeline_that_does_not_fit_keeps_the_seeds_and_marks_the_gaps(small: 
 
 def test_unused_timeline_tokens_pass_on_to_detail(small: Memory) -> None:
     # rho = 0.9 reserves most of the budget for a timeline that needs far less.
-    cfg = SMALL_UNITS.replace(timeline_share=0.9)
-    ctx = render_context(small, QUERY, 1500, scope="dana", mode="unit", settings=cfg)
+    cfg = RenderConfig(timeline_share=0.9)
+    ctx = small.render(QUERY, 1500, scope="dana", render=cfg.replace(mode="unit"))
     detail = sum(p.tokens for p in ctx.parts if p.kind in ("raw", "excerpt"))
     assert detail > 0.1 * ctx.cap
 
@@ -175,7 +174,7 @@ def test_agent_mode_keeps_the_newest_items_verbatim_at_the_end(small: Memory) ->
     recent = [p for p in ctx.parts if p.kind == "recent"]
     assert recent and all(p.reason == "recency" for p in recent)
     assert sum(p.tokens for p in recent) <= 0.25 * budget
-    newest = small.items("dana")[-1]
+    newest = small.items(scope="dana")[-1]
     assert ctx.text.endswith(newest.render())
     seqs = [p.seqs[0] for p in recent]
     assert seqs == list(range(seqs[0], newest.seq + 1))  # a contiguous run up to the newest
@@ -186,7 +185,7 @@ def test_agent_mode_keeps_the_newest_items_verbatim_at_the_end(small: Memory) ->
 def test_the_cli_prints_the_context_with_its_token_accounting(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
     from typer.testing import CliRunner
 
-    from suffice import cli
+    from suffice import _cli as cli
 
     db = tmp_path / "cli.db"
     with Memory(db, embedder=embedder) as mem:
@@ -200,29 +199,35 @@ def test_the_cli_prints_the_context_with_its_token_accounting(tmp_path: Path, em
 def test_on_a_large_scope_dense_scoring_looks_only_inside_the_best_units(small: Memory) -> None:
     # dense_scan_items=10: the 30 items are "many", so item vectors are scored only in the units
     # whose vectors are closest to the query; the matching turn is still found.
-    cfg = SMALL_UNITS.replace(dense_scan_items=10)
-    ctx = render_context(small, "peanut allergy dessert", 200, scope="dana", mode="piece", settings=cfg)
+    ctx = small.render("peanut allergy dessert", 200, scope="dana", mode="piece",
+                       retrieval=RetrievalConfig(dense_scan_items=10))
     assert "It has no nuts at all, so it is safe with your peanut allergy." in ctx.text
     assert ctx.tokens <= ctx.cap
 
 
 def test_a_partly_shown_item_marks_every_cut_with_an_ellipsis() -> None:
-    from suffice.render import _Lines
-    from suffice.types import Item
+    from suffice._render import _Lines, _ScopeCache
+    from suffice._types import Item
 
     item = Item("a", "s", 0, "s1", "Ana", "", "message", "May", "One. Two. Three. Four.", {}, 8)
-    lines = _Lines({0: item}, {0: [(0, 0, 5), (1, 5, 10), (2, 10, 17), (3, 17, 22)]})
+    lines = _Lines(_ScopeCache(None))  # type: ignore[arg-type]
+    lines.items[0] = item
+    lines.pieces[0] = [(0, 0, 5), (1, 5, 10), (2, 10, 17), (3, 17, 22)]
     assert lines.line(0, {0, 1}) == "[May] Ana: One. Two. …"
     assert lines.line(0, {1, 3}) == "[May] Ana: … Two. … Four."
     assert lines.line(0, {0, 1, 2, 3}) == item.render()
 
 
 def test_every_knob_is_a_setting_with_the_papers_defaults_for_chat_and_agents() -> None:
-    chat, agent = Settings(), Settings.for_agent()
-    assert (chat.unit_tokens, chat.timeline_share, chat.link_discount, chat.seeds) == (2000, 0.3, 0.5, 10)
-    assert (chat.excerpt_tokens, chat.prompt_cap, chat.recent_share, chat.render_mode) == (
-        300, 0.95, 0.0, "piece")
-    assert (agent.unit_tokens, agent.timeline_share, agent.link_discount, agent.seeds) == (1000, 0.5, 0.9, 10)
-    assert (agent.recent_share, agent.render_mode) == (0.25, "unit")
-    with pytest.raises(ConfigError):
-        Settings(render_mode="everything")  # type: ignore[arg-type]
+    store, render, engine = StoreConfig(), RenderConfig(), EngineConfig()
+    assert ((store.unit_tokens, render.timeline_share, render.link_discount, render.seeds)
+            == (2000, 0.3, 0.5, 10))
+    assert ((render.excerpt_tokens, render.prompt_cap, render.recent_share, render.mode)
+            == (300, 0.95, 0.25, "piece"))
+    agent_store, agent = StoreConfig.for_agent(), RenderConfig.for_agent()
+    assert ((agent_store.unit_tokens, agent.timeline_share, agent.link_discount, agent.seeds)
+            == (1000, 0.5, 0.9, 10))
+    assert (agent.recent_share, agent.mode) == (0.25, "unit")
+    assert (engine.tau, engine.anchor_blocks, engine.max_blocks, engine.reader_budget) == (0.5, 2, 4, 1000)
+    with pytest.raises(ConfigError, match="mode"):
+        RenderConfig(mode="everything")  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from suffice.bench import render as bench
+from suffice._bench import render as bench
 
 
 def tiny_locomo(path: Path) -> Path:

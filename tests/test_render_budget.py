@@ -14,9 +14,9 @@ from conftest import history_items
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from suffice import Memory, NewItem, Settings
-from suffice.tokens import count_tokens
-from suffice.types import RenderMode
+from suffice import Memory, NewItem, RenderConfig, StoreConfig
+from suffice._config import RenderMode
+from suffice._tokens import count_tokens
 
 WORDS = ("river flood model rainfall Porto Lisbon cat Figo Kyoto trip sister wedding cake nuts "
          "peanut radar team hire conference budget forecast Douro autumn leaves train Japanese "
@@ -59,8 +59,9 @@ store_st = st.lists(item_st, min_size=1, max_size=40).map(lambda xs: sorted(xs, 
 def test_no_render_exceeds_its_cap(store: list[tuple[str, str, str, str]], query: str,
                                    budgets: list[int], unit_tokens: int, rho: float,
                                    agent: bool) -> None:
-    cfg = Settings(unit_tokens=unit_tokens, timeline_share=rho, excerpt_tokens=50, piece_max_tokens=16)
-    with Memory(":memory:", settings=cfg, embedder=HashEmbedder()) as mem:
+    cfg = StoreConfig(unit_tokens=unit_tokens, piece_max_tokens=16)
+    render = RenderConfig(timeline_share=rho, excerpt_tokens=50)
+    with Memory(":memory:", store_config=cfg, render=render, embedder=HashEmbedder()) as mem:
         mem.add([NewItem(text=t, session=s, speaker=who, observed_at=at) for t, s, who, at in store],
                 scope="x")
         for budget in budgets:

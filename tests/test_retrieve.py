@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from suffice import ConflictError, InvalidItemError, Memory, NewItem, UnknownScopeError
-from suffice.store.sqlite import ItemRow
+from suffice import ConflictError, InvalidQueryError, Memory, NewItem, RetrievalConfig, UnknownScopeError
+from suffice._store import ItemRow
 
 
 def test_prefix_finds_the_turn_that_answers(memory):
@@ -40,8 +40,10 @@ def test_a_query_never_sees_another_scope(memory):
 def test_unknown_scope_and_empty_query_are_clear_errors(memory):
     with pytest.raises(UnknownScopeError, match="nobody"):
         memory.search("anything", scope="nobody")
-    with pytest.raises(InvalidItemError, match="empty"):
+    with pytest.raises(InvalidQueryError, match="empty"):
         memory.search("  ", scope="dana")
+    with pytest.raises(InvalidQueryError, match="k must not be negative"):
+        memory.search("cat", scope="dana", k=-1)
 
 
 class CountingEmbedder:
@@ -112,7 +114,7 @@ def test_a_search_never_returns_an_item_the_views_have_not_seen(memory):
     original = store.bm25
 
     def racing_bm25(*args, **kwargs):
-        store.append("dana", [ItemRow(NewItem(text="apples and pears"), 3, [(0, 16)],
+        store.append("dana", [ItemRow(NewItem(text="apples and pears"), "", None, 3, [(0, 16)],
                                       ["apples and pears"])])
         return original(*args, **kwargs)
 
@@ -122,10 +124,12 @@ def test_a_search_never_returns_an_item_the_views_have_not_seen(memory):
 
 
 def test_vectors_grow_in_place_and_old_views_stay_intact():
-    from suffice import Settings
-    from suffice.retrieve import ScopeIndex
-    from suffice.views import ScopeViews
-    idx = ScopeIndex(ScopeViews(Settings()))
+    from suffice import StoreConfig
+    from suffice._retrieve import ScopeIndex
+    from suffice._views import ScopeViews
+    views = ScopeViews(StoreConfig())
+    views.extend([(i, "s", 10) for i in range(4)])
+    idx = ScopeIndex(views)
     rows = np.eye(4, dtype=np.float32)
     idx.append_vectors(np.arange(2), rows[:2])
     before = idx.matrix
@@ -134,3 +138,51 @@ def test_vectors_grow_in_place_and_old_views_stay_intact():
     assert idx.buffer is buffer  # no copy while capacity lasts
     assert np.array_equal(idx.matrix, rows) and list(idx.seqs) == [0, 1, 2, 3]
     assert np.array_equal(before, rows[:2])
+    # The unit vector is the normalised mean of its items' vectors.
+    assert np.allclose(idx.unit_vectors(1)[0], np.full(4, 0.5))
+
+
+def test_one_ranking_keeps_every_sources_scores(memory):
+    r = memory.retriever.rank("dana", "grey cat shelter", memory.retrieval, depth=5, piece_depth=50)
+    assert len(r.seqs) == 5 and list(r.scores) == sorted(r.scores, reverse=True)
+    assert r.pieces and all(score > 0 for _, _, score in r.pieces)
+    assert len(r.dense) >= 50 or len(r.dense) == memory.stats("dana").items
+    assert r.qvec is not None and r.size == memory.stats("dana").items
+    # Fused order is reciprocal-rank fusion of the BM25 item order and the cosine order.
+    bm_rank = {q: i for i, q in enumerate(dict.fromkeys(q for q, _, _ in r.pieces))}
+    dn_rank = {q: i for i, (q, _) in enumerate(r.dense)}
+    fused = {q: sum(1 / (61 + rk[q]) for rk in (bm_rank, dn_rank) if q in rk) for q in bm_rank | dn_rank}
+    assert list(r.seqs) == sorted(fused, key=lambda q: (-fused[q], -q))[:5]
+
+
+def test_search_filters_by_session_speaker_time_and_meta(memory):
+    every = memory.items(scope="dana")
+    session = every[0].session
+    ev = memory.search("trip", scope="dana", k=50, session=session)
+    assert ev.hits and all(h.item.session == session for h in ev.hits)
+    ev = memory.search("trip", scope="dana", k=50, speaker="Assistant")
+    assert ev.hits and all(h.item.speaker == "Assistant" for h in ev.hits)
+    dated = sorted(it.observed_ts for it in every if it.observed_ts is not None)
+    cut = dated[len(dated) // 2]
+    for method in ("bm25", "dense", "fused", "recency"):
+        ev = memory.search("trip", scope="dana", k=50, since=cut, method=method)
+        assert ev.hits and all(h.item.observed_ts >= cut for h in ev.hits), method
+    memory.add("Dana renewed her passport", scope="dana", meta={"topic": "travel"})
+    ev = memory.search("passport", scope="dana", meta={"topic": "travel"})
+    assert [h.item.text for h in ev.hits] == ["Dana renewed her passport"]
+
+
+def test_hits_carry_their_items_and_iterate_in_rank_order(memory):
+    ev = memory.search("Figo", scope="dana", k=3)
+    assert [h.rank for h in ev] == [0, 1, 2] and len(ev) == 3
+    assert all(h.item_id == h.item.id and h.seq == h.item.seq for h in ev)
+    assert memory.get(ev.hits[0].item_id, scope="dana") == ev.hits[0].item
+
+
+def test_a_large_scope_scans_only_the_units_nearest_the_query(memory):
+    narrow = RetrievalConfig(dense_scan_items=5)
+    full = memory.retriever.rank("dana", "grey cat shelter", memory.retrieval, method="dense", depth=3)
+    two_stage = memory.retriever.rank("dana", "grey cat shelter", narrow, method="dense", depth=3)
+    assert two_stage.unit_cos is not None and full.unit_cos is None
+    assert len(two_stage.dense) < len(full.dense)
+    assert two_stage.seqs[0] == full.seqs[0]  # the best item lies in the best unit here

@@ -6,7 +6,7 @@ from importlib import resources
 
 import pytest
 
-from suffice import tokens
+from suffice import _tokens as tokens
 
 TEXT = (
     "Caroline said, \"I went to a LGBTQ support group yesterday!\" 1:56 pm on 8 May, 2023.\n"
@@ -42,7 +42,7 @@ def test_truncate_never_exceeds(n):
 
 
 def test_fill_in_order_skips_what_does_not_fit_and_keeps_going() -> None:
-    from suffice.tokens import fill_in_order
+    from suffice._tokens import fill_in_order
 
     assert fill_in_order([4, 7, 3, 2], 9) == [0, 2, 3]  # 7 is skipped, later ones still fit
     assert fill_in_order([4, 7, 3, 2], 0) == []

@@ -5,9 +5,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suffice import Settings
-from suffice.tokens import count_tokens
-from suffice.views import ScopeViews, piece_spans
+from suffice import StoreConfig
+from suffice._tokens import count_tokens
+from suffice._views import ScopeViews, piece_spans
 
 
 def layout_from(sessions_and_tokens):
@@ -22,7 +22,7 @@ log_strategy = st.lists(st.tuples(st.sampled_from(["s1", "s2", "s3"]), st.intege
 @settings(max_examples=150, deadline=None)
 @given(log_strategy, st.integers(1, 119))
 def test_units_never_cross_sessions_and_extend_like_a_rebuild(log, cut):
-    cfg = Settings(unit_tokens=1000)
+    cfg = StoreConfig(unit_tokens=1000)
     whole = ScopeViews(cfg)
     whole.extend(layout_from(log))
     grown = ScopeViews(cfg)
@@ -45,7 +45,7 @@ def test_units_never_cross_sessions_and_extend_like_a_rebuild(log, cut):
 @settings(max_examples=150, deadline=None)
 @given(log_strategy)
 def test_blocks_overlap_and_every_item_maps_to_a_block_that_holds_it(log):
-    cfg = Settings(block_tokens=1024, block_stride=512)
+    cfg = StoreConfig(block_tokens=1024, block_stride=512)
     v = ScopeViews(cfg)
     v.extend(layout_from(log))
     for seq in range(len(log)):

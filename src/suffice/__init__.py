@@ -1,59 +1,117 @@
-"""suffice: long-term memory for LLM agents that decides, per query, how much work it needs."""
+"""suffice: long-term memory for LLM agents that decides, per query, how much work it needs.
 
-from .api import Memory
-from .config import Settings
-from .engine import Answer, BlockReceipt, Engine, Receipt
-from .errors import (
+Everything public is importable from here; modules whose names start with ``_`` are internal.
+"""
+
+from ._api import AsyncMemory, Memory
+from ._config import EngineConfig, RenderConfig, RetrievalConfig, StoreConfig
+from ._deep import AgentNote, MemoryAgent
+from ._embed import Embedder, MiniLMEmbedder
+from ._engine import Answer, BlockReceipt, Receipt
+from ._errors import (
     BudgetError,
     ConfigError,
     ConflictError,
     ImportFormatError,
+    InvalidInputError,
     InvalidItemError,
+    InvalidQueryError,
     MissingExtraError,
     ModelFileError,
+    NotFoundError,
     OutputParseError,
     ProviderError,
+    StoreConfigError,
     StoreError,
     SufficeError,
     UnknownScopeError,
 )
-from .route.sufficiency import LMRouter, RouterDecision, ScoreRouter, SufficiencyRouter
-from .types import Block, Context, ContextPart, Evidence, Hit, Item, NewItem, Piece, StoreStats, Unit
+from ._llm import (
+    LLM,
+    CallRecord,
+    Completion,
+    Ledger,
+    LocalLlama,
+    Message,
+    OpenAIHTTP,
+    Price,
+    ScriptedLLM,
+    make_llm,
+)
+from ._route.sufficiency import LMRouter, RouterDecision, ScoreRouter, SufficiencyRouter
+from ._store import SQLiteStore, Store
+from ._types import (
+    AuditEntry,
+    Block,
+    Context,
+    ContextPart,
+    Evidence,
+    Filter,
+    ForgetReport,
+    Hit,
+    Item,
+    NewItem,
+    StoreStats,
+)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
+    "AgentNote",
     "Answer",
+    "AsyncMemory",
+    "AuditEntry",
     "Block",
     "BlockReceipt",
     "BudgetError",
+    "CallRecord",
+    "Completion",
     "ConfigError",
     "ConflictError",
     "Context",
     "ContextPart",
-    "Engine",
+    "Embedder",
+    "EngineConfig",
     "Evidence",
+    "Filter",
+    "ForgetReport",
     "Hit",
     "ImportFormatError",
+    "InvalidInputError",
     "InvalidItemError",
+    "InvalidQueryError",
     "Item",
+    "LLM",
     "LMRouter",
+    "Ledger",
+    "LocalLlama",
     "Memory",
+    "MemoryAgent",
+    "Message",
+    "MiniLMEmbedder",
     "MissingExtraError",
     "ModelFileError",
     "NewItem",
+    "NotFoundError",
+    "OpenAIHTTP",
     "OutputParseError",
-    "Piece",
+    "Price",
     "ProviderError",
     "Receipt",
+    "RenderConfig",
+    "RetrievalConfig",
     "RouterDecision",
+    "SQLiteStore",
     "ScoreRouter",
-    "Settings",
+    "ScriptedLLM",
+    "Store",
+    "StoreConfig",
+    "StoreConfigError",
     "StoreError",
     "StoreStats",
     "SufficeError",
     "SufficiencyRouter",
-    "Unit",
     "UnknownScopeError",
     "__version__",
+    "make_llm",
 ]

@@ -1,0 +1,653 @@
+"""``Memory`` and ``AsyncMemory``: the one core that the library, the CLI and the servers share.
+
+``Memory`` composes the parts once (store, embedder, retriever, record index, renderer) and
+then only checks arguments and delegates: writes are cheap and verbatim (count tokens, cut
+pieces, parse the time, embed, append in one transaction); reads start with the shared
+retrieval prefix, which every later stage reuses.
+
+Scopes are hard partitions. A scope is named directly (``scope="alice"``) or by identity, the
+way Mem0 users address memory (see :func:`identity`): ``user_id`` names the scope, ``agent_id``
+and ``run_id`` narrow within it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+
+from ._config import EngineConfig, RenderConfig, RenderMode, RetrievalConfig, StoreConfig
+from ._deep import MemoryAgent
+from ._embed.protocol import Embedder
+from ._engine import Answer, Engine, Mode
+from ._errors import (
+    ConfigError,
+    InvalidItemError,
+    InvalidQueryError,
+    NotFoundError,
+    StoreConfigError,
+    StoreError,
+    UnknownScopeError,
+)
+from ._llm.base import LLM
+from ._messages import is_message, message_items
+from ._records import RecordIndex, RecordWriter
+from ._render import Renderer
+from ._retrieve import Method, Retriever
+from ._route.sufficiency import SufficiencyRouter
+from ._store.base import ItemRow, Store, validate_filter, validate_item, validate_scope
+from ._store.sqlite import SQLiteStore, observed_text
+from ._text import embedding_text
+from ._times import TimeLike, as_timestamp, parse_time
+from ._tokens import count_tokens
+from ._types import AuditEntry, Context, Evidence, Filter, ForgetReport, Item, NewItem, StoreStats
+from ._views import piece_spans
+
+if TYPE_CHECKING:
+    from ._datasets.locomo import LocomoConversation
+
+DEFAULT_SCOPE = "default"
+ItemLike = str | NewItem | Mapping[str, Any]
+Progress = Callable[[int], None]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def default_db_path() -> str:
+    """``$SUFFICE_DB`` or ``./suffice.db``."""
+    return os.environ.get("SUFFICE_DB", "suffice.db")
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Where a call reads or writes: a hard scope, plus the agent and run it narrows to."""
+
+    scope: str
+    agent: str | None = None
+    run: str | None = None
+
+
+def identity(scope: str | None = None, user_id: str | None = None, agent_id: str | None = None,
+             run_id: str | None = None) -> Identity:
+    """Map Mem0-style ids onto a hard scope.
+
+    ``user_id`` → scope ``user:<id>``; without one, ``agent_id`` → ``agent:<id>``; with
+    neither, ``run_id`` → ``run:<id>``. Within a user's scope ``agent_id`` narrows to that
+    agent's items (stored in ``Item.agent``), and ``run_id`` is the session (a run is a
+    session: units and blocks never cross it). So ``user_id="alice"`` reads all of Alice's
+    runs, and ``user_id="alice", run_id="r7"`` one of them. A scope named directly cannot be
+    combined with ids.
+    """
+    for name, value in (("scope", scope), ("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
+        if value is not None:
+            validate_scope(value) if name == "scope" else _check_id(name, value)
+    if scope is not None:
+        if user_id is not None or agent_id is not None or run_id is not None:
+            raise InvalidQueryError("give scope or user_id / agent_id / run_id, not both")
+        return Identity(scope)
+    if user_id is not None:
+        return Identity(f"user:{user_id}", agent_id, run_id)
+    if agent_id is not None:
+        return Identity(f"agent:{agent_id}", None, run_id)
+    if run_id is not None:
+        return Identity(f"run:{run_id}")
+    return Identity(DEFAULT_SCOPE)
+
+
+def _check_id(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip() or any(ord(c) < 32 for c in value):
+        raise InvalidQueryError(f"{name} must be a non-empty string without control characters")
+
+
+def _coerce(item: ItemLike, defaults: dict[str, Any], index: int) -> list[NewItem]:
+    """The items one entry of ``add`` stands for (a chat message may stand for several)."""
+    if isinstance(item, NewItem):
+        return [item]
+    if isinstance(item, str):
+        return [NewItem(text=item, **defaults)]
+    if is_message(item):
+        assert isinstance(item, Mapping)
+        base = {k: defaults[k] for k in ("session", "observed_at", "agent", "meta")}
+        return message_items(item, index, base)
+    if isinstance(item, Mapping):
+        known = set(NewItem.__dataclass_fields__)
+        unknown = sorted(set(item) - known)
+        if unknown:
+            raise InvalidItemError(f"item {index}: unknown field(s) {', '.join(map(str, unknown))}")
+        if "text" not in item:
+            raise InvalidItemError(f"item {index}: missing 'text' (or 'role' and 'content' for a message)")
+        merged = {**defaults, **item}
+        if merged.get("meta") is None:
+            merged["meta"] = {}
+        return [NewItem(**merged)]
+    raise InvalidItemError(f"item {index}: expected str, NewItem, a mapping or a chat message, "
+                           f"got {type(item).__name__}")
+
+
+def _filter(ident: Identity, session: str | None, speaker: str | None, kind: str | None,
+            role: str | None, since: TimeLike | None, until: TimeLike | None,
+            meta: Mapping[str, Any] | None) -> Filter | None:
+    if ident.run is not None and session is not None and session != ident.run:
+        raise InvalidQueryError("run_id is the session: give one of them, or the same value")
+    flt = Filter(session=session if session is not None else ident.run, speaker=speaker, kind=kind,
+                 role=role, agent=ident.agent,
+                 since=None if since is None else as_timestamp(since, "since"),
+                 until=None if until is None else as_timestamp(until, "until"),
+                 meta=dict(meta) if meta is not None else None)
+    validate_filter(flt)
+    return None if flt.empty else flt
+
+
+def _check_query(query: object, what: str = "query") -> str:
+    if not isinstance(query, str):
+        raise InvalidQueryError(f"{what} must be a string, got {type(query).__name__}")
+    if not query.strip():
+        raise InvalidQueryError(f"{what} is empty")
+    return query
+
+
+def _check_count(value: object, name: str, *, allow_none: bool = True) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidQueryError(f"{name} must be a whole number, got {value!r}")
+    if value < 0:
+        raise InvalidQueryError(f"{name} must not be negative, got {value}")
+    return value
+
+
+class Memory:
+    """Long-term memory over one store: write once, verbatim; read what each query needs.
+
+    >>> mem = Memory(":memory:")
+    >>> mem.add("I moved to Lisbon in May.", user_id="ana")  # doctest: +SKIP
+    >>> mem.search("Where does she live?", user_id="ana")     # doctest: +SKIP
+
+    ``store_config`` must match the store's saved one (a new store saves it); ``rebuild=True``
+    re-derives the views instead of refusing. ``retrieval``, ``render`` and ``engine`` are the
+    defaults of every read; a call may pass its own, which then applies whole.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 store_config: StoreConfig | None = None,
+                 embedder: Embedder | Literal["default"] | None = "default",
+                 record_writer: RecordWriter | None = None,
+                 retrieval: RetrievalConfig | None = None, render: RenderConfig | None = None,
+                 engine: EngineConfig | None = None, llm: LLM | None = None,
+                 create: bool = True, rebuild: bool = False) -> None:
+        self.retrieval = _config(retrieval, RetrievalConfig, "retrieval")
+        self.render_config = _config(render, RenderConfig, "render")
+        self.engine_config = _config(engine, EngineConfig, "engine")
+        self._store: Store = SQLiteStore(path if path is not None else default_db_path(), create=create)
+        try:
+            if embedder == "default":
+                from ._embed.minilm import MiniLMEmbedder
+                self.embedder: Embedder | None = MiniLMEmbedder()
+            else:
+                self.embedder = embedder
+            config = self._open_config(store_config, rebuild)
+        except BaseException:
+            self._store.close()
+            raise
+        self._record_writer = record_writer
+        self._compose(config)
+        self._llm = llm
+        self._own_llm = False
+        """True once ``default_llm`` loaded a model this memory must close."""
+        if rebuild:
+            self.rebuild(config)
+
+    def _open_config(self, wanted: StoreConfig | None, rebuild: bool) -> StoreConfig:
+        """The store config to run with: the saved one, checked against what was asked for."""
+        if wanted is not None and not isinstance(wanted, StoreConfig):
+            raise ConfigError(f"store_config must be a StoreConfig, got {type(wanted).__name__}")
+        encoder = {"encoder": self.embedder.name, "encoder_dim": self.embedder.dim} if self.embedder else {}
+        raw = self._store.load_config()
+        if raw is None:  # a new store (or one from before configs were saved): adopt and save
+            config = (wanted or StoreConfig()).replace(**encoder)
+            self._store.save_config(config.model_dump())
+            return config
+        try:
+            saved = StoreConfig(**raw)
+        except ConfigError as exc:
+            raise StoreConfigError(f"store {self._store.path} holds an unreadable config ({exc})") from None
+        target = (wanted or saved).replace(**(encoder or {"encoder": saved.encoder,
+                                                          "encoder_dim": saved.encoder_dim}))
+        if not saved.encoder and encoder:  # vectors were never written: adopt this encoder
+            saved = saved.replace(**encoder)
+            if not saved.changed(target):
+                self._store.save_config(saved.model_dump())
+        diff = saved.changed(target)
+        if diff and not rebuild:
+            what = ", ".join(f"{k} {old!r} (asked for {new!r})" for k, (old, new) in sorted(diff.items()))
+            sets = " ".join(f"--set {k}={new}" for k, (_, new) in sorted(diff.items()) if k != "encoder_dim")
+            raise StoreConfigError(
+                f"store {self._store.path} was built with {what}; open it with those settings, or "
+                f"re-derive its views from the items (no re-ingest) with Memory(..., rebuild=True) "
+                f"or: suffice --db {self._store.path} rebuild {sets}".rstrip())
+        return saved if not diff else target
+
+    def _compose(self, config: StoreConfig) -> None:
+        self.store_config = config
+        self._retriever = Retriever(self._store, self.embedder, config)
+        self._records = RecordIndex(self._store, self._retriever, config, self._record_writer)
+        self._renderer = Renderer(self._store, self._retriever, self._records)
+
+    @property
+    def path(self) -> str:
+        return self._store.path
+
+    @property
+    def store(self) -> Store:
+        """The storage backend (for tools and tests; use the methods here to read and write)."""
+        return self._store
+
+    @property
+    def retriever(self) -> Retriever:
+        return self._retriever
+
+    @property
+    def records(self) -> RecordIndex:
+        return self._records
+
+    @property
+    def renderer(self) -> Renderer:
+        return self._renderer
+
+    def close(self) -> None:
+        """Stop worker threads and close the store; the object is unusable afterwards."""
+        self._retriever.close()
+        self._store.close()
+        closer = getattr(self._llm, "close", None) if self._own_llm else None
+        if callable(closer):
+            closer()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writes -------------------------------------------------------------------------------------
+
+    def add(self, items: ItemLike | Sequence[ItemLike], *, scope: str | None = None,
+            user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+            session: str = "", speaker: str = "", role: str = "", kind: str = "message",
+            observed_at: str = "", meta: Mapping[str, Any] | None = None, batch_size: int = 512,
+            progress: Progress | None = None) -> list[Item]:
+        """Store turns, steps or chat messages verbatim; return them as stored.
+
+        ``items``: text, :class:`NewItem`, a mapping of NewItem fields, or OpenAI-style chat
+        messages (``role``, ``content``, ``name``, ``tool_calls``; tool calls and results
+        become items of kinds ``tool_call`` and ``tool_result``). Keyword fields apply to
+        entries that do not set their own. Each batch of ``batch_size`` items is one
+        transaction; everything is checked before anything is written, and items whose client
+        ids are stored unchanged are returned as they were (idempotent).
+        """
+        ident = identity(scope, user_id, agent_id, run_id)
+        if ident.run is not None and session and session != ident.run:
+            raise InvalidItemError("run_id is the session: give one of them, or the same value")
+        if isinstance(items, (str, NewItem, Mapping)):
+            items = [items]
+        if not isinstance(items, Sequence):
+            raise InvalidItemError(f"items must be an item or a list of them, got {type(items).__name__}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise InvalidItemError(f"batch_size must be a positive whole number, got {batch_size!r}")
+        if meta is not None and not isinstance(meta, Mapping):
+            raise InvalidItemError(f"meta must be a mapping, got {type(meta).__name__}")
+        defaults = {"session": ident.run or session, "speaker": speaker, "role": role, "kind": kind,
+                    "observed_at": observed_at, "meta": dict(meta or {}), "agent": ident.agent or ""}
+        new = [x for i, it in enumerate(items) for x in _coerce(it, defaults, i)]
+        for i, it in enumerate(new):
+            validate_item(it, i)
+        ids = [it.id for it in new if it.id is not None]
+        if len(ids) != len(set(ids)):
+            dup = next(x for x in ids if ids.count(x) > 1)
+            raise InvalidItemError(f"id {dup!r} appears twice in one add")
+        # Conflicting client ids are refused before any batch is written; items already
+        # stored unchanged are not embedded again.
+        known = self._store.check_ids(ident.scope, new)
+        out: list[Item] = []
+        encoder = self.embedder.name if self.embedder else ""
+        for b in range(0, len(new), batch_size):
+            batch, stored = new[b:b + batch_size], known[b:b + batch_size]
+            prepared = iter(self._prepare([it for it, k in zip(batch, stored, strict=True) if not k]))
+            # An already-stored item needs no row: the store returns it as it is.
+            rows = [ItemRow(it, observed_text(it.observed_at), None, 0, [], []) if k else next(prepared)
+                    for it, k in zip(batch, stored, strict=True)]
+            out.extend(self._store.append(ident.scope, rows, encoder=encoder))
+            if progress is not None:
+                progress(len(batch))
+        if out:
+            try:
+                self._records.write_new(ident.scope)
+            except StoreError as exc:
+                # The items are stored; records are derived and are written on the next add.
+                warnings.warn(f"records not written yet ({exc}); they follow on the next add", stacklevel=2)
+        return out
+
+    def _prepare(self, batch: Sequence[NewItem]) -> list[ItemRow]:
+        vecs = (self.embedder.embed([embedding_text(it.speaker, it.text) for it in batch])
+                if self.embedder is not None and batch else None)
+        rows = []
+        for i, it in enumerate(batch):
+            when = observed_text(it.observed_at)
+            spans, bodies = self._pieces(it.text, it.speaker, when)
+            rows.append(ItemRow(it, when, parse_time(when), count_tokens(it.text), spans, bodies,
+                                None if vecs is None else vecs[i]))
+        return rows
+
+    def _pieces(self, text: str, speaker: str, when: str) -> tuple[list[tuple[int, int]], list[str]]:
+        """Piece spans of ``text`` and the bodies BM25 indexes (with speaker and date when set)."""
+        spans = piece_spans(text, self.store_config.piece_max_tokens)
+        head = f"{speaker} {when}".strip() if self.store_config.index_header else ""
+        return spans, [f"{head} {text[s:e]}" if head else text[s:e] for s, e in spans]
+
+    def forget(self, scope: str | None = None, ids: Iterable[str] | None = None,
+               session: str | None = None, *, user_id: str | None = None, agent_id: str | None = None,
+               run_id: str | None = None) -> ForgetReport:
+        """Delete items and every trace derived from them, for privacy; the one exception to
+        immutability.
+
+        Without ``ids`` or ``session``: the whole scope (all of a user's memory with
+        ``user_id=...``); ``run_id`` forgets that run. Pieces, full-text entries, vectors,
+        records, links and caches go too; freed pages are overwritten and the write-ahead
+        log is emptied, so the text is gone from the files. An audit line keeps digests and
+        counts, never the text. Returns what was removed (0 items when nothing matched).
+        """
+        ident = identity(scope, user_id, agent_id, run_id)
+        if ident.agent is not None:
+            raise InvalidQueryError("forget takes a scope, ids or a session; agent_id cannot narrow "
+                                    "a forget (forget its ids, or its own scope)")
+        session = _pick_session(ident, session)
+        if ids is not None:
+            if isinstance(ids, str):
+                ids = [ids]
+            ids = list(ids)
+            if not all(isinstance(x, str) and x for x in ids):
+                raise InvalidQueryError("ids must be non-empty strings")
+            if session is not None:
+                raise InvalidQueryError("forget takes ids or a session, not both")
+        report = self._store.forget(ident.scope, ids=ids, session=session)
+        if report.items:
+            self._records.write_new(ident.scope)  # records of the units that remain
+        return report
+
+    def rebuild(self, store_config: StoreConfig | None = None) -> dict[str, int]:
+        """Re-derive the views of every scope under ``store_config`` (default: the current one)
+        without re-ingesting: pieces and full-text entries, records and links, and vectors when
+        the encoder changed. Returns how many items each part was rebuilt for."""
+        new = (store_config or self.store_config)
+        if self.embedder is not None:
+            new = new.replace(encoder=self.embedder.name, encoder_dim=self.embedder.dim)
+        saved_raw = self._store.load_config()
+        old = StoreConfig(**saved_raw) if saved_raw else new
+        diff = old.changed(new)
+        self._compose(new)
+        counts = {"pieces": 0, "records": 0, "vectors": 0}
+        scopes = self._store.scopes()
+        if {"piece_max_tokens", "index_header"} & diff.keys():
+            for scope in scopes:
+                for start in range(0, self._store.max_seq(scope) + 1, 512):
+                    items = self._store.items(scope, start=start, end=start + 512)
+                    rows = [(it.seq, *self._pieces(it.text, it.speaker, it.observed_at)) for it in items]
+                    self._store.rebuild_pieces(scope, rows)
+                    counts["pieces"] += len(rows)
+        if "encoder" in diff and self.embedder is not None:
+            self._store.drop_embeddings()
+        if {"unit_tokens", "links_per_unit", "record_tokens", "encoder"} & diff.keys():
+            for scope in scopes:
+                self._store.drop_records(scope)
+        self._store.save_config(new.model_dump())
+        for scope in scopes:
+            before = self._store.stats(scope).embedded
+            self._retriever.index(scope)  # embeds what has no vector (all of it after a new encoder)
+            counts["vectors"] += self._store.stats(scope).embedded - before
+            counts["records"] += self._records.write_new(scope)
+        return counts
+
+    # -- reads --------------------------------------------------------------------------------------
+
+    def get(self, item_id: str, *, scope: str | None = None, user_id: str | None = None,
+            agent_id: str | None = None, run_id: str | None = None) -> Item:
+        """The item with this id; NotFoundError when the scope does not hold it."""
+        ident = identity(scope, user_id, agent_id, run_id)
+        if not isinstance(item_id, str) or not item_id:
+            raise InvalidQueryError("item_id must be a non-empty string")
+        item = self._store.get(ident.scope, item_id)
+        if item is None or (ident.agent is not None and item.agent != ident.agent) or (
+                ident.run is not None and item.session != ident.run):
+            raise NotFoundError(f"no item {item_id!r} in this scope")
+        return item
+
+    def items(self, *, scope: str | None = None, user_id: str | None = None,
+              agent_id: str | None = None, run_id: str | None = None, session: str | None = None,
+              speaker: str | None = None, kind: str | None = None, role: str | None = None,
+              since: TimeLike | None = None, until: TimeLike | None = None,
+              meta: Mapping[str, Any] | None = None, offset: int = 0, limit: int | None = None,
+              newest_first: bool = False) -> list[Item]:
+        """Items of a scope in log order (or newest first), filtered and paged.
+
+        An unknown scope lists nothing (it may simply hold no items yet).
+        """
+        ident = identity(scope, user_id, agent_id, run_id)
+        flt = _filter(ident, session, speaker, kind, role, since, until, meta)
+        offset = _check_count(offset, "offset", allow_none=False) or 0
+        limit = _check_count(limit, "limit")
+        return self._store.find(ident.scope, flt, offset=offset, limit=limit, newest_first=newest_first)
+
+    def search(self, query: str, *, scope: str | None = None, user_id: str | None = None,
+               agent_id: str | None = None, run_id: str | None = None, k: int | None = None,
+               method: Method = "fused", retrieval: RetrievalConfig | None = None,
+               session: str | None = None, speaker: str | None = None, kind: str | None = None,
+               role: str | None = None, since: TimeLike | None = None, until: TimeLike | None = None,
+               meta: Mapping[str, Any] | None = None) -> Evidence:
+        """Run the shared retrieval prefix: the best ``k`` hits, each carrying its item."""
+        query = _check_query(query)
+        ident = identity(scope, user_id, agent_id, run_id)
+        flt = _filter(ident, session, speaker, kind, role, since, until, meta)
+        config = _config(retrieval, RetrievalConfig, "retrieval", self.retrieval)
+        k = _check_count(k, "k")
+        self._require(ident.scope)
+        ranking = self._retriever.rank(ident.scope, query, config, method=method,
+                                       depth=config.k if k is None else k, flt=flt)
+        return self._retriever.evidence(ranking)
+
+    def render(self, query: str, budget_tokens: int, *, scope: str | None = None,
+               user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+               mode: RenderMode | None = None, agent: bool = False, render: RenderConfig | None = None,
+               retrieval: RetrievalConfig | None = None, session: str | None = None,
+               speaker: str | None = None, kind: str | None = None, role: str | None = None,
+               since: TimeLike | None = None, until: TimeLike | None = None,
+               meta: Mapping[str, Any] | None = None) -> Context:
+        """A fresh memory for ``query`` that fits ``budget_tokens`` (o200k), with reasons.
+
+        Deterministic for the same store, query and budget; never over budget; no LLM call.
+        ``agent=True`` keeps the newest items verbatim first (agent mode). An empty query
+        renders the timeline alone.
+        """
+        if not isinstance(query, str):
+            raise InvalidQueryError(f"query must be a string, got {type(query).__name__}")
+        ident = identity(scope, user_id, agent_id, run_id)
+        flt = _filter(ident, session, speaker, kind, role, since, until, meta)
+        config = _config(render, RenderConfig, "render", self.render_config)
+        if mode is not None:
+            config = config.replace(mode=mode)
+        self._require(ident.scope)
+        return self._renderer.render(ident.scope, query, budget_tokens, config=config,
+                                     retrieval=_config(retrieval, RetrievalConfig, "retrieval",
+                                                       self.retrieval),
+                                     flt=flt, agent=agent)
+
+    def ask(self, question: str, *, scope: str | None = None, user_id: str | None = None,
+            agent_id: str | None = None, run_id: str | None = None, llm: LLM | None = None,
+            mode: Mode = "fast", router: SufficiencyRouter | None = None, tau: float | None = None,
+            budget: int | None = None, engine: EngineConfig | None = None,
+            retrieval: RetrievalConfig | None = None, render: RenderConfig | None = None,
+            agent: MemoryAgent | None = None, session: str | None = None, speaker: str | None = None,
+            kind: str | None = None, role: str | None = None, since: TimeLike | None = None,
+            until: TimeLike | None = None, meta: Mapping[str, Any] | None = None) -> Answer:
+        """Answer ``question`` from memory; the Answer carries a receipt of how it was made.
+
+        ``mode``: ``fast`` answers from the prefix's context at once, ``deep`` reads blocks with
+        memory agents, ``auto`` lets ``router`` decide with threshold ``tau`` (default router:
+        retrieval signals, no model call). Without ``llm`` the memory's model is used (the
+        local shipped model when none was given, loaded once). ``tau`` and ``budget`` override
+        those two fields of the engine config for this call.
+        """
+        question = _check_query(question, "question")
+        ident = identity(scope, user_id, agent_id, run_id)
+        flt = _filter(ident, session, speaker, kind, role, since, until, meta)
+        config = _config(engine, EngineConfig, "engine", self.engine_config)
+        changes: dict[str, Any] = {}
+        if tau is not None:
+            changes["tau"] = tau
+        if budget is not None:
+            changes["reader_budget"] = budget
+        if changes:
+            config = config.replace(**changes)
+        self._require(ident.scope)
+        eng = Engine(self._store, self._retriever, self._renderer, llm or self.default_llm(),
+                     router=router, agent=agent)
+        return eng.ask(question, scope=ident.scope, mode=mode, config=config,
+                       retrieval=_config(retrieval, RetrievalConfig, "retrieval", self.retrieval),
+                       render=_config(render, RenderConfig, "render", self.render_config), flt=flt)
+
+    def default_llm(self) -> LLM:
+        """The memory's model: the one given, else the local shipped model (``[local]`` extra),
+        loaded on first use and then kept."""
+        if self._llm is None:
+            from ._llm import make_llm
+            self._llm = make_llm("local")
+            self._own_llm = True
+        return self._llm
+
+    def _require(self, scope: str) -> None:
+        if not self._store.has_scope(scope):
+            # Other scopes are not named: they may belong to other tenants.
+            raise UnknownScopeError(f"unknown scope {scope!r}: it holds no items")
+
+    def scopes(self) -> list[str]:
+        return self._store.scopes()
+
+    def stats(self, scope: str | None = None) -> StoreStats:
+        if scope is not None:
+            self._require(scope)
+        return self._store.stats(scope)
+
+    def audit(self) -> list[AuditEntry]:
+        """The audit lines of every forget, oldest first (digests and counts only)."""
+        return self._store.audit()
+
+    def import_locomo(self, source: str | Path | Sequence[LocomoConversation] | None = None,
+                      progress: Progress | None = None) -> dict[str, int]:
+        """Import LoCoMo, one scope per conversation; the number of items added per scope.
+
+        Re-importing adds nothing (and reports 0): turns carry their dialogue ids as client ids.
+        ``source`` is a file (default: the shared copy) or conversations already loaded.
+        """
+        from ._datasets.locomo import load_locomo
+
+        # A file is parsed and validated whole before any write.
+        convs = load_locomo(source) if source is None or isinstance(source, (str, Path)) else source
+        counts = {}
+        for conv in convs:
+            before = self._store.max_seq(conv.scope)
+            stored = self.add(list(conv.items), scope=conv.scope, progress=progress)
+            counts[conv.scope] = sum(1 for it in stored if it.seq > before)
+        return counts
+
+
+def _pick_session(ident: Identity, session: str | None) -> str | None:
+    if ident.run is not None and session is not None and session != ident.run:
+        raise InvalidQueryError("run_id is the session: give one of them, or the same value")
+    return session if session is not None else ident.run
+
+
+C = TypeVar("C", RetrievalConfig, RenderConfig, EngineConfig)
+
+
+def _config(value: C | None, kind: type[C], name: str, default: C | None = None) -> C:
+    """A per-call config, whole, or the default; anything else is refused by name."""
+    if value is None:
+        return default if default is not None else kind()
+    if not isinstance(value, kind):
+        raise ConfigError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+class AsyncMemory:
+    """:class:`Memory` for asyncio code: the same methods and results, awaited.
+
+    Each call runs on a worker thread this object owns (SQLite and the models block), so the
+    event loop stays free; ``aclose()`` (or ``async with``) stops the threads and the store.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, workers: int = 4,
+                 **kwargs: Any) -> None:
+        self._memory = Memory(path, **kwargs)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="suffice-async")
+
+    @property
+    def memory(self) -> Memory:
+        """The synchronous memory underneath."""
+        return self._memory
+
+    @property
+    def path(self) -> str:
+        return self._memory.path
+
+    async def _run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    async def add(self, items: ItemLike | Sequence[ItemLike], **kwargs: Any) -> list[Item]:
+        return await self._run(self._memory.add, items, **kwargs)
+
+    async def get(self, item_id: str, **kwargs: Any) -> Item:
+        return await self._run(self._memory.get, item_id, **kwargs)
+
+    async def items(self, **kwargs: Any) -> list[Item]:
+        return await self._run(self._memory.items, **kwargs)
+
+    async def search(self, query: str, **kwargs: Any) -> Evidence:
+        return await self._run(self._memory.search, query, **kwargs)
+
+    async def render(self, query: str, budget_tokens: int, **kwargs: Any) -> Context:
+        return await self._run(self._memory.render, query, budget_tokens, **kwargs)
+
+    async def ask(self, question: str, **kwargs: Any) -> Answer:
+        return await self._run(self._memory.ask, question, **kwargs)
+
+    async def forget(self, scope: str | None = None, ids: Iterable[str] | None = None,
+                     session: str | None = None, **kwargs: Any) -> ForgetReport:
+        return await self._run(self._memory.forget, scope, ids, session, **kwargs)
+
+    async def rebuild(self, store_config: StoreConfig | None = None) -> dict[str, int]:
+        return await self._run(self._memory.rebuild, store_config)
+
+    async def scopes(self) -> list[str]:
+        return await self._run(self._memory.scopes)
+
+    async def stats(self, scope: str | None = None) -> StoreStats:
+        return await self._run(self._memory.stats, scope)
+
+    async def audit(self) -> list[AuditEntry]:
+        return await self._run(self._memory.audit)
+
+    async def aclose(self) -> None:
+        """Wait for running calls, then stop the worker threads and close the memory."""
+        self._pool.shutdown(wait=True)
+        self._memory.close()
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

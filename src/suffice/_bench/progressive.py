@@ -1,0 +1,310 @@
+"""Progressive-execution benchmark: fast, deep and auto(tau) on the same questions.
+
+For every question the fast path and the deep path are each run once with the same reader,
+and every router scores the same prefix evidence once. ``auto(tau)`` takes the fast result when
+the router's score reaches tau and the deep result otherwise, adding the router's own time and
+cost: with greedy decoding an auto run makes exactly those calls, so this is what it would
+return (``--verify N`` runs auto for real on N recorded questions and reports how many agree).
+Per-question records go to a JSONL file; a rerun resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._api import Memory
+from .._llm.base import LLM, Ledger
+from .._route.sufficiency import LMRouter, ScoreRouter, SufficiencyRouter
+from .judge import judge
+from .metrics import score_locomo
+from .qa import QAItem, load_done, open_append, receipt_summary
+from .report import markdown_table, paired_bootstrap, read_results
+
+TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+def routers(llm: LLM) -> list[SufficiencyRouter]:
+    return [LMRouter(llm), ScoreRouter()]
+
+
+def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: int,
+        gold_seqs: Callable[[QAItem], set[int]], judge_llm: LLM | None = None,
+        progress: Callable[[int], None] | None = None) -> None:
+    done = {k for _, k in load_done(out)}
+    rts = routers(llm)
+    with open_append(out) as fh:
+        for item in items:
+            if item.key in done:
+                if progress:
+                    progress(1)
+                continue
+            q = item.q
+            rec: dict[str, Any] = {"variant": "progressive", "key": item.key,
+                                   "category": q.category, "question": q.question, "gold": q.answer}
+            if mem.embedder is not None:
+                # Embed once up front, so neither path pays for it by running first; the time
+                # is recorded and added back to every row (a real query pays it once).
+                t = time.perf_counter()
+                mem.embedder.embed_query(q.question)
+                rec["embed_ms"] = (time.perf_counter() - t) * 1e3
+            for mode in ("fast", "deep"):
+                ans = mem.ask(q.question, scope=item.scope, llm=llm, mode=mode, budget=budget)
+                r: dict[str, Any] = {"answer": ans.text, "receipt": receipt_summary(ans.receipt),
+                                     "f1": score_locomo(ans.text, q.answer, q.category)}
+                if judge_llm is not None:
+                    v = judge(judge_llm, q.question, q.answer, ans.text, ledger=Ledger())
+                    r["judge"] = v.score if v.ok else None
+                rec[mode] = r
+            ev = mem.search(q.question, scope=item.scope)
+            gold = gold_seqs(item)
+            rec["prefix_has_all_gold"] = bool(gold) and gold <= {h.seq for h in ev.hits}
+            rec["n_gold"] = len(gold)
+            rec["routers"] = {}
+            for rt in rts:
+                ledger = Ledger()
+                t = time.perf_counter()
+                d = rt.score(q.question, ev, ledger=ledger)
+                rec["routers"][rt.name] = {
+                    "score": d.score, "ok": d.ok, "reason": d.reason,
+                    "ms": (time.perf_counter() - t) * 1e3, "cost_usd": ledger.cost_usd,
+                    "tokens": ledger.input_tokens + ledger.output_tokens,
+                }
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            fh.flush()
+            if progress:
+                progress(1)
+
+
+def verify(mem: Memory, llm: LLM, items: Sequence[QAItem], path: Path, *, n: int, tau: float,
+           budget: int, router: SufficiencyRouter | None = None) -> dict[str, Any]:
+    """Run auto(tau) for real on ``n`` recorded questions (spread over the run) and compare.
+
+    The table composes auto from the recorded fast and deep results; with greedy decoding a
+    real auto run must take the same path and give the same answer. A mismatch means the
+    composition is wrong, decoding is not deterministic, or the code changed since the
+    records were written.
+    """
+    rt = router or ScoreRouter()
+    recs = {r["key"]: r for r in read_results(path)}
+    done = [it for it in items if it.key in recs and rt.name in recs[it.key]["routers"]]
+    step = max(1, len(done) // max(n, 1))
+    chosen = done[::step][:n]
+    out: dict[str, Any] = {"n": len(chosen), "tau": tau, "router": rt.name, "same_path": 0,
+                           "same_answer": 0, "mismatches": []}
+    pick = _auto_pick(rt.name, tau)
+    for it in chosen:
+        rec = recs[it.key]
+        mode = "fast" if pick(rec)[3] else "deep"
+        # The recorded path, not the mode: a deep run whose agents found nothing was answered
+        # by the fast path, and says so on its receipt.
+        want = rec[mode]["receipt"]["path"]
+        ans = mem.ask(it.q.question, scope=it.scope, llm=llm, mode="auto", router=rt, tau=tau, budget=budget)
+        same_path = ans.receipt.path == want
+        same_answer = ans.text == rec[mode]["answer"]
+        out["same_path"] += same_path
+        out["same_answer"] += same_answer
+        if not (same_path and same_answer):
+            out["mismatches"].append({"key": it.key, "path": ans.receipt.path, "expected_path": want,
+                                      "answer": ans.text, "recorded": rec[mode]["answer"]})
+    return out
+
+
+def auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    """Area under the ROC curve (Mann-Whitney), ties counted half; None if one class is empty."""
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
+    if not pos or not neg:
+        return None
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+Pick = Callable[[dict[str, Any]], tuple[dict[str, Any], float, float, bool, int]]
+"""Chooses, for one question record, (result, extra ms, extra cost, stopped early, extra tokens):
+the extras are the router's."""
+
+
+def _row(recs: list[dict[str, Any]], pick: Pick) -> dict[str, float | None]:
+    f1 = judge_sum = judged = t_mem = t_e2e = tokens = cost = early = 0.0
+    for rec in recs:
+        res, extra_ms, extra_cost, is_early, extra_tokens = pick(rec)
+        rc = res["receipt"]
+        f1 += res["f1"]
+        if res.get("judge") is not None:
+            judge_sum += res["judge"]
+            judged += 1
+        t_mem += rc["t_mem_ms"] + extra_ms + rec.get("embed_ms", 0.0)
+        t_e2e += rc["t_e2e_ms"] + extra_ms + rec.get("embed_ms", 0.0)
+        tokens += rc["input_tokens"] + rc["output_tokens"] + extra_tokens
+        cost += rc["cost_usd"] + extra_cost
+        early += 1.0 if is_early else 0.0
+    n = max(len(recs), 1)
+    return {"n": len(recs), "f1": 100 * f1 / n, "judge": 100 * judge_sum / judged if judged else None,
+            "early_rate": 100 * early / n, "t_mem_ms": t_mem / n, "t_e2e_ms": t_e2e / n,
+            "tokens": tokens / n, "cost_usd": cost}
+
+
+def _auto_pick(name: str, tau: float) -> Pick:
+    def pick(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool, int]:
+        d = r["routers"][name]
+        early = d["ok"] and d["score"] >= tau
+        return (r["fast"] if early else r["deep"]), d["ms"], d["cost_usd"], early, d.get("tokens", 0)
+    return pick
+
+
+def _oracle(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool, int]:
+    """The best of the two paths per question (fast on a tie): what a perfect router earns."""
+    early = r["fast"]["f1"] >= r["deep"]["f1"]
+    return (r["fast"] if early else r["deep"]), 0.0, 0.0, early, 0
+
+
+ORACLE = "oracle (best path per question)"
+MAX_F1_LOSS = 2.0
+"""Acceptance: auto may lose at most this many F1 points against deep ..."""
+MIN_SPEEDUP = 0.2
+"""... while its mean T_e2e is at least this fraction below deep's."""
+
+
+def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = None) -> dict[str, Any]:
+    recs = [r for r in read_results(path) if keys is None or r["key"] in keys]
+    out: dict[str, Any] = {"n": len(recs), "rows": {}, "auc": {}, "compare": [], "acceptance": {}}
+    picks: dict[str, Pick] = {"fast": lambda r: (r["fast"], 0.0, 0.0, True, 0),
+                              "deep": lambda r: (r["deep"], 0.0, 0.0, False, 0)}
+    names = sorted({n for r in recs for n in r["routers"]})
+    for name in names:
+        for tau in taus:
+            picks[f"auto[{name}] tau={tau}"] = _auto_pick(name, tau)
+    picks[ORACLE] = _oracle
+    for run_name, pick in picks.items():
+        out["rows"][run_name] = _row(recs, pick)
+    # Labels only where they are known: a failed judge verdict, or a question whose gold
+    # evidence is not in the store, says nothing about the router.
+    judged = [r for r in recs if r["fast"].get("judge") is not None]
+    with_gold = [r for r in recs if r.get("n_gold", 1) > 0]
+    for name in names:
+        def scored(rs: list[dict[str, Any]], name: str = name) -> list[float]:
+            return [r["routers"][name]["score"] for r in rs]
+        out["auc"][name] = {
+            "fast_correct_f1>=0.5": auc(scored(recs), [r["fast"]["f1"] >= 0.5 for r in recs]),
+            "fast_judged_correct": (auc(scored(judged), [r["fast"]["judge"] >= 1.0 for r in judged])
+                                    if judged else None),
+            "prefix_has_all_gold": auc(scored(with_gold),
+                                       [r["prefix_has_all_gold"] for r in with_gold]),
+        }
+
+    def f1s(pick: Pick) -> list[float]:
+        return [100 * pick(r)[0]["f1"] for r in recs]
+
+    def compare(a: str, b: str) -> None:
+        diff, lo, hi = paired_bootstrap(f1s(picks[a]), f1s(picks[b]))
+        out["compare"].append({"a": a, "b": b, "f1_diff": diff, "ci95": [lo, hi]})
+
+    if recs:
+        compare("deep", "fast")
+        deep = out["rows"]["deep"]
+        for name in names:
+            runs = {k: v for k, v in out["rows"].items() if k.startswith(f"auto[{name}]")}
+            out["acceptance"][name] = acceptance(runs, deep)
+            acc = out["acceptance"][name]
+            for run_name in dict.fromkeys((acc["best"], acc["routed"])):
+                if run_name:
+                    compare(run_name, "deep")
+    return out
+
+
+def acceptance(runs: dict[str, dict[str, Any]], deep: dict[str, Any]) -> dict[str, Any]:
+    """Does some tau meet the target (>= 20% faster than deep, <= 2 F1 lost)? If not, how far off.
+
+    ``best`` is the passing run with the highest F1, else None; ``closest_in_time`` is the
+    run with the least F1 loss among those fast enough, ``closest_in_f1`` the fastest run among
+    those accurate enough, each with its F1 loss and its time as a fraction of deep's.
+    """
+    def loss(v: dict[str, Any]) -> float:
+        return float(deep["f1"] - v["f1"])
+
+    def ratio(v: dict[str, Any]) -> float:
+        return float(v["t_e2e_ms"] / deep["t_e2e_ms"]) if deep["t_e2e_ms"] else 1.0
+
+    fast_enough = {k: v for k, v in runs.items() if ratio(v) <= 1 - MIN_SPEEDUP}
+    good_enough = {k: v for k, v in runs.items() if loss(v) <= MAX_F1_LOSS}
+    passing = sorted(set(fast_enough) & set(good_enough), key=lambda k: (-runs[k]["f1"], k))
+    by_loss = min(fast_enough, key=lambda k: (loss(runs[k]), k), default=None)
+    by_time = min(good_enough, key=lambda k: (ratio(runs[k]), k), default=None)
+    routed = [k for k in passing if runs[k]["early_rate"] < 100.0]
+    return {
+        "passed": bool(passing),
+        "best": passing[0] if passing else None,
+        # The best passing run that sends some questions deep: a run that stops early on every
+        # question is just the fast path, which passes whenever fast is within 2 F1 of deep.
+        "routed": routed[0] if routed else None,
+        "closest_in_time": None if by_loss is None else
+        {"run": by_loss, "f1_loss": loss(runs[by_loss]), "time_ratio": ratio(runs[by_loss])},
+        "closest_in_f1": None if by_time is None else
+        {"run": by_time, "f1_loss": loss(runs[by_time]), "time_ratio": ratio(runs[by_time])},
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    header = ["run", "n", "F1", "judge", "early %", "T_mem ms", "T_e2e ms", "tokens/q", "cost $"]
+    rows = [[name, r["n"], r["f1"], "-" if r["judge"] is None else r["judge"], r["early_rate"],
+             round(r["t_mem_ms"]), round(r["t_e2e_ms"]), round(r["tokens"]), f"{r['cost_usd']:.4f}"]
+            for name, r in s["rows"].items()]
+    text = markdown_table(header, rows)
+    auc_rows = [[name, *("-" if v is None else f"{v:.3f}" for v in a.values())]
+                for name, a in s["auc"].items()]
+    if auc_rows:
+        first = next(iter(s["auc"].values()))
+        text += "\n\n" + markdown_table(["router", *[f"AUC vs {k}" for k in first]], auc_rows)
+    if s.get("compare"):
+        text += "\n\n" + markdown_table(
+            ["F1 difference", "points", "95% CI (paired bootstrap)"],
+            [[f"{c['a']} - {c['b']}", f"{c['f1_diff']:+.1f}",
+              f"[{c['ci95'][0]:+.1f}, {c['ci95'][1]:+.1f}]"] for c in s["compare"]])
+    for name, a in s.get("acceptance", {}).items():
+        if a["passed"]:
+            text += f"\n\n{name}: target met by {a['best']}"
+            if a["routed"] is None:
+                text += " (which stops early on every question: the fast path itself)"
+            elif a["routed"] != a["best"]:
+                text += f"; best run that sends some questions deep: {a['routed']}"
+        else:
+            near = [f"{c['run']} loses {c['f1_loss']:.1f} F1 at {100 * c['time_ratio']:.0f}% of deep's time"
+                    for c in (a["closest_in_time"], a["closest_in_f1"]) if c]
+            text += f"\n\n{name}: target not met" + (f"; closest: {'; '.join(near)}" if near else "")
+    return text
+
+
+def plot(s: dict[str, Any], png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    rows = s["rows"]
+    for name, marker, color in (("fast", "s", "black"), ("deep", "D", "tab:red"),
+                                (ORACLE, "*", "tab:green")):
+        if name in rows:
+            ax.scatter(rows[name]["t_e2e_ms"] / 1e3, rows[name]["f1"], s=90, marker=marker,
+                       color=color, label=name, zorder=3)
+    routers_seen = sorted({k[len("auto["):k.index("]")] for k in rows if k.startswith("auto[")})
+    for rt in routers_seen:
+        pts = sorted((float(k.split("tau=")[1]), v) for k, v in rows.items()
+                     if k.startswith(f"auto[{rt}]"))
+        ax.plot([v["t_e2e_ms"] / 1e3 for _, v in pts], [v["f1"] for _, v in pts], marker="o",
+                label=f"auto ({rt})")
+        for tau, v in pts:
+            ax.annotate(f"{tau}", (v["t_e2e_ms"] / 1e3, v["f1"]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+    ax.set_xlabel("mean end-to-end time per question (s)")
+    ax.set_ylabel("F1 (LoCoMo, cat 1-4)")
+    ax.set_title(f"Quality vs latency, {s['n']} questions")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,247 @@
+"""QA benchmark: answer LoCoMo questions from memory and score them (F1, judge, EM).
+
+Variants, same reader and same budget, same run:
+  * ``fast``      the shared prefix, filled to the budget in rank order, shown in time order;
+  * ``render``    the budgeted memory of ``Memory.render`` (timeline + detail);
+  * ``recency``   the newest items that fit the budget (truncation);
+  * ``no-memory`` the question alone.
+Per-question results go to a JSONL file, one line per (variant, question); a rerun skips
+what is already there, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from .._api import Memory
+from .._datasets.locomo import LocomoConversation, LocomoQuestion
+from .._engine import Answer, Receipt
+from .._errors import ConfigError, ProviderError
+from .._llm.base import LLM, Ledger
+from .._llm.parse import extract_answer
+from .._prompts import answer_messages, choose_style, no_memory_messages
+from .._tokens import count_tokens
+from .judge import judge
+from .metrics import exact_match, score_locomo
+from .report import markdown_table, percentile, read_results
+
+VARIANTS = ("fast", "render", "recency", "no-memory")
+CATEGORIES = (1, 2, 3, 4)
+
+
+@dataclass(frozen=True, slots=True)
+class QAItem:
+    key: str
+    scope: str
+    index: int
+    q: LocomoQuestion
+
+
+def select(convs: Sequence[LocomoConversation], limit: int | None,
+           categories: Sequence[int] = CATEGORIES) -> list[QAItem]:
+    """The first ``limit`` questions of the given categories, in file order."""
+    out = []
+    for conv in convs:
+        for i, q in enumerate(conv.questions):
+            if q.category in categories:
+                out.append(QAItem(f"{conv.sample_id}#{i}", conv.scope, i, q))
+                if limit is not None and len(out) >= limit:
+                    return out
+    return out
+
+
+def gold_finder(mem: Memory, scopes: Iterable[str]) -> Callable[[QAItem], set[int]]:
+    """The gold evidence turns of a question as item seqs, from LoCoMo's dialogue ids.
+
+    Each scope's ids are read once, here, not once per question.
+    """
+    dia = {s: {str(it.meta.get("dia_id")): it.seq for it in mem.items(scope=s)} for s in set(scopes)}
+
+    def gold(item: QAItem) -> set[int]:
+        ids = dia[item.scope]
+        return {ids[d] for d in item.q.evidence if d in ids}
+    return gold
+
+
+def conversation_questions(store: str | Path, indexes: Sequence[int],
+                           limit: int | None) -> tuple[Memory, list[QAItem]]:
+    """The first ``limit`` questions (categories 1-4) of each chosen LoCoMo conversation, by
+    index in the shared file, and a Memory at ``store`` that holds those conversations."""
+    from .._datasets.locomo import load_locomo
+
+    convs = load_locomo()
+    picked = [convs[i] for i in indexes]
+    items = [it for c in picked for it in select([c], limit)]
+    mem = Memory(store)
+    ingest(mem, picked, {it.scope for it in items})
+    return mem, items
+
+
+def ingest(mem: Memory, convs: Sequence[LocomoConversation], scopes: set[str],
+           progress: Callable[[int], None] | None = None) -> None:
+    """Add the conversations that questions need; client ids make this a no-op when present."""
+    for conv in convs:
+        if conv.scope in scopes and mem.store.max_seq(conv.scope) + 1 < len(conv.items):
+            mem.add(list(conv.items), scope=conv.scope, progress=progress)
+
+
+def load_done(path: Path) -> set[tuple[str, str]]:
+    done: set[tuple[str, str]] = set()
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill: redo that question
+            done.add((rec["variant"], rec["key"]))
+    return done
+
+
+def open_append(path: Path) -> TextIO:
+    """Open a JSONL file for appending, first ending a line that a kill left half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as fh:
+            fh.seek(-1, 2)
+            last = fh.read(1)
+        if last != b"\n":
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write("\n")
+    return path.open("a", encoding="utf-8")
+
+
+def receipt_summary(r: Receipt) -> dict[str, Any]:
+    return {
+        "path": r.path, "mode": r.mode, "model": r.model, "context_tokens": r.context_tokens,
+        "input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "cost_usd": r.cost_usd,
+        "calls": len(r.calls), "stages_ms": r.stages_ms, "t_mem_ms": r.t_mem_ms,
+        "t_e2e_ms": r.t_e2e_ms, "router_score": r.router_score, "tau": r.tau,
+        "router_reason": r.router_reason, "degraded": r.degraded, "notes": list(r.notes),
+        "blocks": [b.block for b in r.blocks], "hits": [h.seq for h in r.hits],
+    }
+
+
+def _plain(llm: LLM, messages: Any, t0: float, mem_ms: float, context_tokens: int,
+           mode: str) -> dict[str, Any]:
+    ledger = Ledger()
+    degraded, notes = False, []
+    t = time.perf_counter()
+    try:
+        text = extract_answer(llm.chat(messages, max_tokens=48, stage="answer", ledger=ledger).text)
+    except ProviderError as exc:
+        text, degraded, notes = "", True, [f"answer call failed: {exc}"]
+    ans_ms = (time.perf_counter() - t) * 1e3
+    return {"answer": text, "receipt": {
+        "path": mode, "mode": mode, "model": llm.model, "context_tokens": context_tokens,
+        "input_tokens": ledger.input_tokens, "output_tokens": ledger.output_tokens,
+        "cost_usd": ledger.cost_usd, "calls": ledger.calls,
+        "stages_ms": {"context": mem_ms, "answer": ans_ms}, "t_mem_ms": mem_ms,
+        "t_e2e_ms": (time.perf_counter() - t0) * 1e3, "degraded": degraded, "notes": notes}}
+
+
+def recency_context(mem: Memory, scope: str, budget: int) -> str:
+    """The newest items that fit the budget, in time order: plain truncation."""
+    cap = int(mem.render_config.prompt_cap * budget)
+    top = mem.store.max_seq(scope)
+    chosen: list[str] = []
+    used = 0
+    for it in reversed(mem.store.items(scope, start=max(0, top - 400), end=top + 1)):
+        n = count_tokens(it.render()) + 1
+        if used + n > cap:
+            break
+        chosen.append(it.render())
+        used += n
+    return "\n".join(reversed(chosen))
+
+
+def answer_one(variant: str, mem: Memory, llm: LLM, item: QAItem, budget: int) -> dict[str, Any]:
+    q = item.q.question
+    t0 = time.perf_counter()
+    if variant in ("fast", "render"):
+        config = mem.engine_config.replace(context="render" if variant == "render" else "prefix")
+        ans: Answer = mem.ask(q, scope=item.scope, llm=llm, mode="fast", budget=budget, engine=config)
+        return {"answer": ans.text, "receipt": receipt_summary(ans.receipt)}
+    if variant == "recency":
+        ctx = recency_context(mem, item.scope, budget)
+        mem_ms = (time.perf_counter() - t0) * 1e3
+        return _plain(llm, answer_messages(q, ctx, choose_style(q)), t0, mem_ms,
+                      count_tokens(ctx), "recency")
+    if variant == "no-memory":
+        return _plain(llm, no_memory_messages(q), t0, 0.0, 0, "no-memory")
+    raise ConfigError(f"unknown variant {variant!r}; use {', '.join(VARIANTS)}")
+
+
+def run(mem: Memory, llm: LLM, items: Sequence[QAItem], variants: Sequence[str], budget: int,
+        out: Path, judge_llm: LLM | None = None,
+        progress: Callable[[int], None] | None = None) -> None:
+    """Answer and score every (variant, question) not yet in ``out``; append as we go."""
+    done = load_done(out)
+    with open_append(out) as fh:
+        for item in items:
+            for v in variants:
+                if (v, item.key) in done:
+                    continue
+                res = answer_one(v, mem, llm, item, budget)
+                pred = res["answer"]
+                rec: dict[str, Any] = {
+                    "variant": v, "key": item.key, "category": item.q.category,
+                    "question": item.q.question, "gold": item.q.answer, "prediction": pred,
+                    "f1": score_locomo(pred, item.q.answer, item.q.category),
+                    "em": exact_match(pred, item.q.answer), "budget": budget, **res,
+                }
+                if judge_llm is not None:
+                    jl = Ledger()
+                    verdict = judge(judge_llm, item.q.question, item.q.answer, pred, ledger=jl)
+                    rec["judge"] = verdict.score if verdict.ok else None
+                    rec["judge_reason"] = verdict.reason
+                    rec["judge_cost_usd"] = jl.cost_usd
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                fh.flush()
+            if progress is not None:
+                progress(1)
+
+
+def summarize(path: Path, keys: set[str] | None = None) -> dict[str, Any]:
+    """Per variant and category: n, F1, judge, EM, tokens, cost, latency p50/p95 (ms)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for rec in read_results(path):
+        if keys is not None and rec["key"] not in keys:
+            continue
+        for cat in (str(rec["category"]), "overall"):
+            groups.setdefault((rec["variant"], cat), []).append(rec)
+    out: dict[str, Any] = {}
+    for (v, cat), recs in sorted(groups.items()):
+        lat = [r["receipt"]["t_e2e_ms"] for r in recs]
+        judged = [r["judge"] for r in recs if r.get("judge") is not None]
+        out.setdefault(v, {})[cat] = {
+            "n": len(recs),
+            "f1": 100 * sum(r["f1"] for r in recs) / len(recs),
+            "judge": 100 * sum(judged) / len(judged) if judged else None,
+            "em": 100 * sum(r["em"] for r in recs) / len(recs),
+            "input_tokens": sum(r["receipt"]["input_tokens"] for r in recs) / len(recs),
+            "output_tokens": sum(r["receipt"]["output_tokens"] for r in recs) / len(recs),
+            "cost_usd": sum(r["receipt"]["cost_usd"] for r in recs),
+            "p50_ms": percentile(lat, 0.5), "p95_ms": percentile(lat, 0.95),
+            "degraded": sum(1 for r in recs if r["receipt"].get("degraded")),
+        }
+    return out
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    header = ["variant", "category", "n", "F1", "judge", "EM", "in tok", "out tok", "cost $",
+              "p50 ms", "p95 ms"]
+    rows = []
+    for v, cats in summary.items():
+        for cat in ("1", "2", "3", "4", "overall"):
+            if cat not in cats:
+                continue
+            s = cats[cat]
+            rows.append([v, cat, s["n"], s["f1"], "-" if s["judge"] is None else s["judge"], s["em"],
+                         round(s["input_tokens"]), round(s["output_tokens"]), f"{s['cost_usd']:.4f}",
+                         round(s["p50_ms"]), round(s["p95_ms"])])
+    return markdown_table(header, rows)

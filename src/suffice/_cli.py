@@ -1,0 +1,623 @@
+"""The ``suffice`` command: a thin layer over :class:`suffice.Memory`.
+
+Every command opens the store at ``--db`` (or ``$SUFFICE_DB``), calls the library and prints.
+Errors print one line naming what is wrong and exit with status 2; nothing is half-written.
+Stored and remote text is printed as plain text: never read as markup, control characters shown
+as escapes, so an item cannot restyle or take over the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ._errors import InvalidItemError, InvalidQueryError, SufficeError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Long-term memory for LLM agents: write once, spend per query only what it needs.")
+import_app = typer.Typer(no_args_is_help=True, help="Import a dataset file into the store.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks on real data; --json FILE writes the figures.")
+app.add_typer(import_app, name="import")
+app.add_typer(bench_app, name="bench")
+
+out = Console()
+err = Console(stderr=True)
+
+DbOpt = Annotated[str | None, typer.Option("--db", envvar="SUFFICE_DB",
+                                              help="Store path (default ./suffice.db).")]
+ScopeOpt = Annotated[str | None, typer.Option("--scope", "-s",
+                                              help="Scope (hard partition); default 'default'.")]
+UserOpt = Annotated[str | None, typer.Option("--user", help="user_id: the scope user:<id>.")]
+AgentOpt = Annotated[str | None, typer.Option("--agent",
+                                              help="agent_id: the agent's items (or scope agent:<id>).")]
+RunOpt = Annotated[str | None, typer.Option("--run", help="run_id: one run (a session) of the scope.")]
+SessionOpt = Annotated[str | None, typer.Option("--session", help="Only this session.")]
+SpeakerOpt = Annotated[str | None, typer.Option("--speaker", help="Only this speaker.")]
+KindOpt = Annotated[str | None, typer.Option("--kind", help="Only this kind (message, tool_call, ...).")]
+SinceOpt = Annotated[str | None, typer.Option("--since", help="Only items observed at or after this time.")]
+UntilOpt = Annotated[str | None, typer.Option("--until", help="Only items observed before this time.")]
+MetaOpt = Annotated[list[str] | None, typer.Option("--meta",
+                                                  help="KEY=VALUE a meta field must equal (repeatable).")]
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: object) -> str:
+    """Text fit for a terminal: control characters (escape sequences among them) shown as escapes."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", str(text))
+
+
+def say(text: object, style: str | None = None, *, to: Console = out) -> None:
+    """Print ``text`` literally (no markup, no highlighting) in an optional style."""
+    to.print(safe(text), style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def fail(message: str) -> None:
+    err.print("error: ", style="red", end="", markup=False, highlight=False)
+    say(message, to=err)
+    raise typer.Exit(2)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    try:
+        yield
+    except SufficeError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted")
+
+
+@contextmanager
+def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr for long work; advances by the count given."""
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+_state: dict[str, str | None] = {"db": None}
+
+
+@app.callback()
+def _root(db: DbOpt = None) -> None:
+    """Options given before the command apply to every command."""
+    _state["db"] = db
+
+
+def open_memory(db: str | None, **kw: Any) -> Any:
+    from ._api import Memory, default_db_path
+    return Memory(db or _state["db"] or default_db_path(), **kw)
+
+
+def where(scope: str | None, user: str | None, agent: str | None, run: str | None) -> dict[str, Any]:
+    return {"scope": scope, "user_id": user, "agent_id": agent, "run_id": run}
+
+
+def filters(session: str | None, speaker: str | None, kind: str | None, since: str | None,
+            until: str | None, meta: list[str] | None) -> dict[str, Any]:
+    pairs: dict[str, Any] = {}
+    for entry in meta or []:
+        key, sep, raw = entry.partition("=")
+        if not sep or not key:
+            raise InvalidQueryError(f"--meta takes KEY=VALUE, got {entry!r}")
+        try:
+            pairs[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            pairs[key] = raw
+    return {"session": session, "speaker": speaker, "kind": kind, "since": since, "until": until,
+            "meta": pairs or None}
+
+
+def print_json(data: Any) -> None:
+    out.print_json(json.dumps(data, ensure_ascii=False, default=str))
+
+
+@app.command()
+def add(
+    text: Annotated[list[str] | None, typer.Argument(help="Text of one item each.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help=(
+        "JSONL file, one item or chat message per line."))] = None,
+    scope: ScopeOpt = None, user: UserOpt = None, agent: AgentOpt = None, run: RunOpt = None,
+    session: Annotated[str, typer.Option(help="Session the items belong to.")] = "",
+    speaker: Annotated[str, typer.Option(help="Who said it.")] = "",
+    observed_at: Annotated[str, typer.Option("--at", help="When it happened.")] = "",
+    item_id: Annotated[str | None, typer.Option("--id", help="Client id (idempotent adds).")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Store items verbatim."""
+    with errors():
+        records: list[Any] = []
+        if file is not None:
+            if not file.is_file():
+                fail(f"not a file: {file}")
+            try:
+                lines = file.read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError as exc:
+                fail(f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+            for n, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    fail(f"{file}:{n}: not valid JSON ({exc.msg})")
+                if not isinstance(rec, dict):
+                    fail(f"{file}:{n}: expected a JSON object per line")
+                records.append(rec)
+        for t in text or []:
+            records.append({"text": t, **({"id": item_id} if item_id else {})})
+        if not records:
+            raise InvalidItemError("nothing to add: give TEXT or --file")
+        mem = open_memory(db)
+        # One transaction for the whole input: a kill leaves all of it or none of it.
+        with progress_bar("adding", len(records)) as advance:
+            stored = mem.add(records, **where(scope, user, agent, run), session=session, speaker=speaker,
+                             observed_at=observed_at, batch_size=max(len(records), 1), progress=advance)
+        say(f"stored {len(stored)} item(s) in scope {stored[0].scope if stored else scope!r} of {mem.path}")
+
+
+@import_app.command("locomo")
+def import_locomo(
+    file: Annotated[Path | None, typer.Argument(help="LoCoMo JSON (default: the shared copy).")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Import a LoCoMo file: one scope per conversation, one item per turn."""
+    with errors():
+        from ._datasets.locomo import load_locomo
+        convs = load_locomo(file)
+        total = sum(len(c.items) for c in convs)
+        mem = open_memory(db)
+        t0 = time.perf_counter()
+        with progress_bar("importing", total) as advance:
+            counts = mem.import_locomo(convs, progress=advance)
+        dt = time.perf_counter() - t0
+        added = sum(counts.values())
+        say(f"imported {added} new items ({total - added} already stored) in {len(counts)} "
+            f"scopes ({dt:.1f} s, {total / max(dt, 1e-9):.0f} items/s) into {mem.path}")
+
+
+def print_item(it: Any, prefix: str = "") -> None:
+    out.print(safe(prefix), style="dim", end="", markup=False, highlight=False)
+    say(it.render())
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    scope: ScopeOpt = None, user: UserOpt = None, agent: AgentOpt = None, run: RunOpt = None,
+    k: Annotated[int, typer.Option("-k", help="Number of hits.")] = 10,
+    method: Annotated[str, typer.Option(help="fused, bm25, dense or recency.")] = "fused",
+    session: SessionOpt = None, speaker: SpeakerOpt = None, kind: KindOpt = None,
+    since: SinceOpt = None, until: UntilOpt = None, meta: MetaOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Run the shared retrieval prefix and print the evidence in time order."""
+    with errors():
+        mem = open_memory(db, create=False)
+        ev = mem.search(query, **where(scope, user, agent, run), k=k, method=method,
+                        **filters(session, speaker, kind, since, until, meta))
+        if as_json:
+            print_json({"hits": [{"item_id": h.item_id, "seq": h.seq, **asdict(h)} for h in ev.hits],
+                        "context": ev.text, "timings_ms": ev.timings_ms})
+            return
+        rank = {h.seq: h.rank for h in ev.hits}
+        for it in ev.items:
+            print_item(it, f"#{rank[it.seq] + 1:>2} seq {it.seq} ")
+        t = ev.timings_ms
+        say(f"{len(ev.hits)} hits in {t['total_ms']:.1f} ms "
+            f"({', '.join(f'{k[:-3]} {v:.1f}' for k, v in t.items() if k != 'total_ms')})", "dim")
+
+
+@app.command("items")
+def list_items(
+    scope: ScopeOpt = None, user: UserOpt = None, agent: AgentOpt = None, run: RunOpt = None,
+    session: SessionOpt = None, speaker: SpeakerOpt = None, kind: KindOpt = None,
+    since: SinceOpt = None, until: UntilOpt = None, meta: MetaOpt = None,
+    offset: Annotated[int, typer.Option(help="Skip this many matching items.")] = 0,
+    limit: Annotated[int | None, typer.Option(help="Show at most this many.")] = 50,
+    newest: Annotated[bool, typer.Option("--newest", help="Newest first.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """List stored items, filtered and paged."""
+    with errors():
+        mem = open_memory(db, create=False, embedder=None)
+        items = mem.items(**where(scope, user, agent, run),
+                          **filters(session, speaker, kind, since, until, meta),
+                          offset=offset, limit=limit, newest_first=newest)
+        if as_json:
+            print_json([asdict(it) for it in items])
+            return
+        for it in items:
+            print_item(it, f"seq {it.seq} id {it.id} ")
+
+
+@app.command()
+def get(
+    item_id: Annotated[str, typer.Argument(help="The item's id.")],
+    scope: ScopeOpt = None, user: UserOpt = None, agent: AgentOpt = None, run: RunOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Print one item as JSON."""
+    with errors():
+        mem = open_memory(db, create=False, embedder=None)
+        print_json(asdict(mem.get(item_id, **where(scope, user, agent, run))))
+
+
+@app.command()
+def forget(
+    scope: ScopeOpt = None, user: UserOpt = None, run: RunOpt = None,
+    item_ids: Annotated[list[str] | None, typer.Option("--id", help="Forget this item (repeatable).")] = None,
+    session: SessionOpt = None,
+    everything: Annotated[bool, typer.Option("--all", help="Forget the whole scope.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Delete items and every trace of them (for privacy): by id, a session, or --all of a scope."""
+    with errors():
+        if not (item_ids or session or run or everything):
+            fail("say what to forget: --id ID, --session NAME, --run ID, or --all for the whole scope")
+        if everything and (item_ids or session):
+            fail("--all forgets the whole scope; do not combine it with --id or --session")
+        mem = open_memory(db, create=False, embedder=None)
+        r = mem.forget(ids=item_ids or None, session=session, **where(scope, user, None, run))
+        say(f"forgot {r.items} item(s): {r.pieces} pieces, {r.vectors} vectors, {r.records} records, "
+            f"{r.links} links" + ("" if r.checkpointed else
+                                  "; the write-ahead log is still in use by another process "
+                                  "and will be emptied at its next checkpoint"))
+
+
+@app.command()
+def rebuild(
+    sets: Annotated[list[str] | None, typer.Option("--set", help=(
+        "Store setting KEY=VALUE (repeatable)."))] = None,
+    db: DbOpt = None,
+) -> None:
+    """Re-derive the store's views (pieces, records, vectors) under new store settings; no re-ingest."""
+    with errors():
+        from ._api import Memory, default_db_path
+        from ._config import parse_overrides
+        path = db or _state["db"] or default_db_path()
+        changes = parse_overrides(sets or [])
+        probe = Memory(path, create=False, embedder=None)
+        config = probe.store_config.replace(**changes)
+        probe.close()
+        with Memory(path, create=False, store_config=config, rebuild=True) as mem:
+            done = ", ".join(f"{k}={v}" for k, v in changes.items()) or "its own settings"
+            say(f"rebuilt the views of {mem.path} with {done}")
+
+
+@app.command()
+def stats(scope: Annotated[str | None, typer.Option("--scope", "-s")] = None,
+          db: DbOpt = None) -> None:
+    """Counts of the store (or of one scope)."""
+    with errors():
+        mem = open_memory(db, create=False, embedder=None)
+        s = mem.stats(scope)
+        for key, value in asdict(s).items():
+            say(f"{key:>15}: {value}")
+
+
+@app.command()
+def render(
+    query: Annotated[str, typer.Argument(help="What the memory is rendered for.")],
+    scope: ScopeOpt = None, user: UserOpt = None, agent_id: AgentOpt = None, run: RunOpt = None,
+    budget: Annotated[int, typer.Option("--budget", "-b", help="Token budget B (o200k).")] = 2000,
+    mode: Annotated[str | None, typer.Option(
+        help="unit, piece, unit+piece or timeline (default: the render config's mode).")] = None,
+    agent: Annotated[bool, typer.Option("--agent-mode", help="Agent mode: keep a recent window.")] = False,
+    session: SessionOpt = None, speaker: SpeakerOpt = None, kind: KindOpt = None,
+    since: SinceOpt = None, until: UntilOpt = None, meta: MetaOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Render a budgeted memory (timeline + detail) and print it with its token accounting."""
+    with errors():
+        from ._config import RenderConfig
+        mem = open_memory(db, create=False)
+        config = RenderConfig.for_agent() if agent else mem.render_config
+        if mode is not None:
+            config = config.replace(mode=mode)
+        ctx = mem.render(query, budget, **where(scope, user, agent_id, run), agent=agent, render=config,
+                         **filters(session, speaker, kind, since, until, meta))
+        if as_json:
+            print_json(asdict(ctx))
+            return
+        say(ctx.text)
+        say(f"--- {ctx.tokens} tokens of cap {ctx.cap} (budget {ctx.budget}), mode {ctx.mode}, "
+            f"{len(ctx.parts)} parts", "dim")
+        for p in ctx.parts:
+            say(f"  {p.kind:<8} unit {p.unit if p.unit is not None else '-':>4} {p.tokens:>5} tok  "
+                f"{p.reason}", "dim")
+        if ctx.notice:
+            say(ctx.notice, "yellow")
+
+
+@bench_app.command("render")
+def bench_render(
+    dataset: Annotated[str, typer.Option(help="locomo or beam.")] = "locomo",
+    data: Annotated[Path | None, typer.Option(help="Dataset file or folder (default: shared copy).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the PNG plot here.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Use only the first N conversations.")] = None,
+) -> None:
+    """Share of questions with full gold evidence in the rendered context, per method and B."""
+    with errors():
+        from ._bench import render as render_bench
+        say(render_bench.main(dataset=dataset, data=data, json_out=json_out, plot=plot, limit=limit))
+
+
+def make_reader(provider: str, model: str | None, base_url: str | None) -> Any:
+    from ._llm import make_llm
+    if provider == "local":
+        return make_llm("local", **({"model_path": model} if model else {}))
+    if provider in ("http", "openai"):
+        return make_llm("http", base_url=base_url, model=model)
+    fail(f"unknown provider {provider!r}; use local or http")
+
+
+ProviderOpt = Annotated[str, typer.Option(
+    help="local (llama.cpp, shipped model) or http (OpenAI-compatible).")]
+ModelOpt = Annotated[str | None, typer.Option(help="Model name, or a GGUF path for local.")]
+BaseUrlOpt = Annotated[str | None, typer.Option(help="Base URL for --provider http.")]
+
+
+def locomo_run(data: Path | None, limit: int | None, store: Path) -> tuple[Any, Any, Any]:
+    """Load LoCoMo, pick the first ``limit`` questions, and make sure their scopes are stored."""
+    from ._bench import qa
+    from ._datasets.locomo import load_locomo
+    convs = load_locomo(data)
+    items = qa.select(convs, limit)
+    mem = open_memory(str(store))
+    with progress_bar("ingesting", None) as advance:
+        qa.ingest(mem, convs, {i.scope for i in items}, progress=advance)
+    return convs, items, mem
+
+
+@bench_app.command("qa")
+def bench_qa(
+    dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N questions of categories 1-4.")] = 100,
+    variants: Annotated[str, typer.Option(
+        help="Comma list of fast, render, recency, no-memory.")] = "fast,recency,no-memory",
+    budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    use_judge: Annotated[bool, typer.Option("--judge/--no-judge",
+                                            help="Score with the LLM judge too.")] = True,
+    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+                        ] = Path("runs/qa_locomo.jsonl"),
+    store: Annotated[Path, typer.Option("--store", help="Store the dataset is ingested into.")
+                     ] = Path("runs/locomo.db"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+) -> None:
+    """Answer questions from memory and report F1, judge, tokens, cost and latency per category."""
+    with errors():
+        if dataset != "locomo":
+            fail(f"unknown dataset {dataset!r}; bench qa supports: locomo")
+        from ._bench import qa
+        from ._bench.report import envelope, write_json
+        from ._datasets.locomo import default_path
+        wanted = [v.strip() for v in variants.split(",") if v.strip()]
+        bad = [v for v in wanted if v not in qa.VARIANTS]
+        if bad:
+            fail(f"unknown variant(s) {', '.join(bad)}; use {', '.join(qa.VARIANTS)}")
+        convs, items, mem = locomo_run(data, limit, store)
+        llm = make_reader(provider, model, base_url)
+        with progress_bar("questions", len(items)) as advance:
+            qa.run(mem, llm, items, wanted, budget, out_path, judge_llm=llm if use_judge else None,
+                   progress=advance)
+        summary = qa.summarize(out_path, {i.key for i in items})
+        say(qa.format_summary(summary))
+        if json_out is not None:
+            write_json(json_out, envelope("qa", dataset, str(data or default_path()),
+                                          {"budget": budget, "limit": limit, "variants": wanted,
+                                           "reader": llm.model, "judge": llm.model if use_judge else None},
+                                          summary))
+            say(f"wrote {json_out}")
+
+
+@bench_app.command("judge")
+def bench_judge(
+    results: Annotated[Path, typer.Argument(help="A bench qa or progressive JSONL to grade.")],
+    provider: ProviderOpt = "local",
+    model: Annotated[str | None, typer.Option(
+        help="Judge model: a shipped name or GGUF path (local; default qwen2.5-1.5b), or the "
+        "server's model name (http; default $SUFFICE_LLM_MODEL).")] = None,
+    base_url: BaseUrlOpt = None,
+) -> None:
+    """Grade every answer of a results file with an LLM judge, in place and resumably.
+
+    Rerun the benchmark command afterwards (it resumes, so it only re-summarises) to get the
+    judge column and the router AUC against judged correctness.
+    """
+    with errors():
+        if not results.is_file():
+            fail(f"no results file at {results}")
+        from ._bench.judge import judge_file
+        if model is None and provider == "local":
+            model = "qwen2.5-1.5b"
+        llm = make_reader(provider, model, base_url)
+        n = sum(1 for line in results.read_text(encoding="utf-8").splitlines() if line.strip())
+        with progress_bar("judging", n) as advance:
+            counts = judge_file(results, llm, progress=advance)
+        say(f"{results}: judged {counts['judged']:.0f} answers with {llm.model} "
+            f"({counts['failed']:.0f} failed, {counts['skipped']:.0f} already judged); "
+            f"mean judge score {counts['mean_judge']:.1f}")
+
+
+@bench_app.command("progressive")
+def bench_progressive(
+    dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N questions of categories 1-4.")] = 150,
+    taus: Annotated[str, typer.Option(help="Comma list of router thresholds.")] = "0.1,0.3,0.5,0.7,0.9",
+    budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    use_judge: Annotated[bool, typer.Option("--judge/--no-judge",
+                                            help="Score with the LLM judge too.")] = False,
+    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+                        ] = Path("runs/progressive_locomo.jsonl"),
+    store: Annotated[Path, typer.Option("--store", help="Store the dataset is ingested into.")
+                     ] = Path("runs/locomo.db"),
+    plot: Annotated[Path | None, typer.Option(help="Quality-vs-latency PNG.")
+                    ] = Path("docs/progressive_locomo.png"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    verify: Annotated[int, typer.Option(
+        help="Also run auto for real on N recorded questions and check it matches the table.")] = 0,
+    verify_tau: Annotated[float, typer.Option(help="Threshold for --verify (signals router).")] = 0.7,
+) -> None:
+    """Fast, deep and auto(tau): F1, early-termination rate, T_mem, T_e2e, tokens, cost, router AUC."""
+    with errors():
+        if dataset != "locomo":
+            fail(f"unknown dataset {dataset!r}; bench progressive supports: locomo")
+        try:
+            tau_list = [float(t) for t in taus.split(",") if t.strip()]
+        except ValueError:
+            fail(f"--taus must be numbers separated by commas, got {taus!r}")
+        from ._bench import progressive, qa
+        from ._bench.report import envelope, write_json
+        from ._datasets.locomo import default_path
+        convs, items, mem = locomo_run(data, limit, store)
+        gold = qa.gold_finder(mem, {i.scope for i in items})
+        llm = make_reader(provider, model, base_url)
+        with progress_bar("questions", len(items)) as advance:
+            progressive.run(mem, llm, items, out_path, budget=budget, gold_seqs=gold,
+                            judge_llm=llm if use_judge else None, progress=advance)
+        summary = progressive.summarize(out_path, tau_list, {i.key for i in items})
+        if verify > 0:
+            summary["verify"] = progressive.verify(mem, llm, items, out_path, n=verify,
+                                                   tau=verify_tau, budget=budget)
+            v = summary["verify"]
+            say(f"verify: auto[{v['router']}] tau={v['tau']} run for real on {v['n']} "
+                f"questions: {v['same_path']} took the recorded path, {v['same_answer']} "
+                "gave the recorded answer")
+        say(progressive.format_summary(summary))
+        if plot is not None:
+            progressive.plot(summary, plot)
+            say(f"wrote {plot}")
+        if json_out is not None:
+            write_json(json_out, envelope("progressive", dataset, str(data or default_path()),
+                                          {"budget": budget, "limit": limit, "taus": tau_list,
+                                           "reader": llm.model, "store": mem.store_config.model_dump(),
+                                           "retrieval": mem.retrieval.model_dump(),
+                                           "render": mem.render_config.model_dump(),
+                                           "engine": mem.engine_config.model_dump()},
+                                          summary))
+            say(f"wrote {json_out}")
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    scope: ScopeOpt = None, user: UserOpt = None, agent: AgentOpt = None, run: RunOpt = None,
+    mode: Annotated[str, typer.Option(help="fast, deep or auto.")] = "fast",
+    tau: Annotated[float | None, typer.Option(help="Router threshold for --mode auto.")] = None,
+    router: Annotated[str, typer.Option(
+        help="signals (retrieval signals, no model call) or lm (zero-shot), for --mode auto.")
+    ] = "signals",
+    budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    session: SessionOpt = None, speaker: SpeakerOpt = None, kind: KindOpt = None,
+    since: SinceOpt = None, until: UntilOpt = None, meta: MetaOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answer and receipt as JSON.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Answer a question from memory and print the answer with its receipt."""
+    with errors():
+        if mode not in ("fast", "deep", "auto"):
+            fail(f"unknown mode {mode!r}; use fast, deep or auto")
+        if router not in ("signals", "lm"):
+            fail(f"unknown router {router!r}; use signals or lm")
+        mem = open_memory(db, create=False)
+        llm = make_reader(provider, model, base_url)
+        rt: Any = None
+        if mode == "auto":
+            from ._route.sufficiency import LMRouter, ScoreRouter
+            rt = LMRouter(llm) if router == "lm" else ScoreRouter()
+        ans = mem.ask(question, **where(scope, user, agent, run), llm=llm, mode=mode, router=rt,
+                      tau=tau, budget=budget, **filters(session, speaker, kind, since, until, meta))
+        r = ans.receipt
+        if as_json:
+            print_json({"answer": ans.text, "receipt": asdict(r)})
+            return
+        say(ans.text if not r.degraded else f"(no answer: the model failed) {ans.text}", "bold")
+        routed = (f", router {r.router} {r.router_score:.2f} vs tau {r.tau}"
+                  if r.router_score is not None else "")
+        say(f"path {r.path} (mode {r.mode}{routed}) | model {r.model} | {r.input_tokens} in + "
+            f"{r.output_tokens} out tokens, ${r.cost_usd:.5f} | {r.t_e2e_ms:.0f} ms end to end, "
+            f"{r.t_mem_ms:.0f} ms memory", "dim")
+        say("stages: " + ", ".join(f"{k} {v:.0f} ms" for k, v in r.stages_ms.items()), "dim")
+        for b in r.blocks:
+            say(f"block {b.block} items {b.first_seq}-{b.last_seq}: {b.why}; "
+                f"{'relevant' if b.relevant else 'nothing relevant'} ({b.latency_ms:.0f} ms)", "dim")
+        for n in r.notes:
+            say(f"note: {n}", "yellow")
+        if r.degraded and r.path == "fast" and any(c.stage == "answer" and not c.ok for c in r.calls):
+            raise typer.Exit(1)
+
+
+@bench_app.command("retrieval")
+def bench_retrieval(
+    dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    db: Annotated[str | None, typer.Option("--db", help="Store to use (default: a temporary one).")] = None,
+) -> None:
+    """Evidence recall@k and all-evidence-in-B for bm25, dense, fused and recency."""
+    with errors():
+        if dataset != "locomo":
+            fail(f"unknown dataset {dataset!r}; bench retrieval supports: locomo")
+        import tempfile
+
+        from ._bench import retrieval
+        from ._bench.report import envelope, write_json
+        convs = retrieval.load(data)
+        with tempfile.TemporaryDirectory() as tmp:
+            mem = open_memory(db or str(Path(tmp) / "bench.db"))
+            t0 = time.perf_counter()
+            with progress_bar("ingesting", sum(len(c.items) for c in convs)) as advance:
+                for conv in convs:
+                    mem.add(list(conv.items), scope=conv.scope, progress=advance)
+            ingest_s = time.perf_counter() - t0
+            with progress_bar("questions", retrieval.count_questions(convs)) as advance:
+                res = retrieval.run(mem, convs, progress=advance)
+            mem.close()
+        res["ingest_s"] = ingest_s
+        say(retrieval.format_results(res))
+        if json_out is not None:
+            from ._datasets.locomo import default_path
+            write_json(json_out, envelope("retrieval", dataset, str(data or default_path()),
+                                          {"store": mem.store_config.model_dump(),
+                                           "retrieval": mem.retrieval.model_dump()}, res))
+            say(f"wrote {json_out}")
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""Configuration that says what it is: one store config, three query-time configs.
+
+* :class:`StoreConfig` shapes what is derived and saved at write time (pieces, units, records,
+  links, vectors, block numbering). It is saved with the store and checked on every open: a
+  store is never read with view settings other than the ones it was built with.
+* :class:`RetrievalConfig`, :class:`RenderConfig` and :class:`EngineConfig` are read per
+  query. A ``Memory`` holds one of each as its default; a config passed to a call replaces that
+  default *wholly* for the call, in every stage it reaches.
+
+Every knob of the three designs is a named field with its default and a one-line reason.
+Values are checked when a config is built (strict types: ``"3"`` is not a number), so a bad
+value is refused at the boundary with a :class:`~suffice.ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ._errors import ConfigError
+
+RenderMode = Literal["unit", "piece", "unit+piece", "timeline"]
+FusionMethod = Literal["rrf", "weighted"]
+FastContext = Literal["render", "prefix"]
+Aggregator = Literal["reader", "llm"]
+
+
+def _explain(name: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "value"
+        got = f" (got {err['input']!r})" if "input" in err and err["type"] != "missing" else ""
+        parts.append(f"{where}: {err['msg']}{got}")
+    return f"invalid {name}: " + "; ".join(parts)
+
+
+class _Config(BaseModel):
+    """Frozen, strict, no unknown fields; a failed check raises ConfigError."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(_explain(type(self).__name__, exc)) from None
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied, checked like a new config."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+    def changed(self, other: _Config) -> dict[str, tuple[Any, Any]]:
+        """Fields whose values differ from ``other``'s, as (mine, other)."""
+        mine, theirs = self.model_dump(), other.model_dump()
+        return {k: (mine[k], theirs.get(k)) for k in mine if mine[k] != theirs.get(k)}
+
+
+class StoreConfig(_Config):
+    """What the store derives at write time; saved with the store and checked on open.
+
+    Change it on an existing store with :meth:`suffice.Memory.rebuild` (CLI: ``suffice
+    rebuild``), which re-derives the views from the items without re-ingesting anything.
+    """
+
+    unit_tokens: int = Field(2000, gt=0, description=(
+        "U: a unit packs consecutive items of one session to about this many o200k tokens "
+        "(FlexA-Mem; 1,000 suits agent steps)."))
+    piece_max_tokens: int = Field(64, gt=0, description=(
+        "Items longer than this are cut into sentence pieces, so BM25 can point inside them."))
+    index_header: bool = Field(True, description=(
+        "Index speaker and date with each piece; measured to add 2-3 points on LoCoMo."))
+    block_tokens: int = Field(512, gt=0, description=(
+        "Size of a deep-path block: a 0.5B CPU reader takes ~4 s per 512-token block."))
+    block_stride: int = Field(256, gt=0, description=(
+        "Stride between blocks; half the size, so every item lies in one or two blocks."))
+    links_per_unit: int = Field(3, ge=0, description=(
+        "m: most similar earlier units linked once, when a unit closes."))
+    record_tokens: int = Field(40, gt=0, description=(
+        "A record (one timeline line) is cut to this many tokens, so the timeline stays compact."))
+    encoder: str = Field("", description=(
+        "Name of the model that made the store's vectors ('' until the first vector is "
+        "written); a store never mixes vectors of two encoders."))
+    encoder_dim: int = Field(0, ge=0, description="Dimension of the store's vectors (0: none yet).")
+
+    @model_validator(mode="after")
+    def _blocks_cover(self) -> Self:
+        if self.block_stride > self.block_tokens:
+            raise ValueError("block_stride must not exceed block_tokens (blocks would leave gaps)")
+        return self
+
+    @classmethod
+    def for_agent(cls, **changes: Any) -> StoreConfig:
+        """Agent trajectories: units of about 1,000 tokens (FlexA-Mem's agentic setting)."""
+        return cls(**{"unit_tokens": 1000, **changes})
+
+    def views_key(self) -> tuple[Any, ...]:
+        """The fields that shape units and blocks: in-memory views depend on these only."""
+        return (self.unit_tokens, self.block_tokens, self.block_stride)
+
+
+class RetrievalConfig(_Config):
+    """The shared prefix: BM25 over pieces and dense cosine over items, fused."""
+
+    k: int = Field(10, ge=0, description=(
+        "Hits a search returns, and the evidence C_f the router and the deep path read "
+        "(Router-Mem proposes K = 10)."))
+    candidate_k: int = Field(100, gt=0, description="How deep each ranker ranks items before fusion.")
+    fusion: FusionMethod = Field("rrf", description=(
+        "Reciprocal-rank fusion is robust to the two scorers' different scales; 'weighted' "
+        "mixes min-max BM25 with cosine (A-Mem's hybrid)."))
+    rrf_k: int = Field(60, gt=0, description=(
+        "The usual RRF constant; damps the weight of the very top ranks."))
+    bm25_weight: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "For fusion='weighted': w in w*BM25_minmax + (1-w)*cosine."))
+    dense_scan_items: int = Field(20000, gt=0, description=(
+        "Item vectors are scored one by one up to this many items; above, only those of the "
+        "units closest to the query (a fifth as many), so latency stays flat as the log grows."))
+
+
+class RenderConfig(_Config):
+    """Budgeted rendering (FlexA-Mem): timeline of records plus verbatim detail."""
+
+    mode: RenderMode = Field("piece", description=(
+        "Detail by whole units / excerpts ('unit'), verbatim pieces ('piece'), both in turn, "
+        "or the timeline alone."))
+    prompt_cap: float = Field(0.95, ge=0.0, le=1.0, description=(
+        "The rendered context may use at most this share of the budget B."))
+    timeline_share: float = Field(0.3, ge=0.0, le=1.0, description=(
+        "rho: share of the memory budget given to the timeline of records (0.5 for agents)."))
+    link_discount: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "lambda: priority passed along a link per hop (0.9 for agents)."))
+    link_hops: int = Field(1, ge=0, description=(
+        "H: how many links priority travels from a seed; one hop keeps the spread local."))
+    seeds: int = Field(10, gt=0, description="k: top units by seed score that start the priorities.")
+    seed_hit_weight: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Seed score = (1-w)*unit cosine + w*prefix-hit mass of the unit; 0 is the paper's cosine only."))
+    excerpt_tokens: int = Field(300, gt=0, description=(
+        "E: size of an excerpt centred on a unit's best piece."))
+    recent_share: float = Field(0.25, ge=0.0, le=1.0, description=(
+        "Agent mode: share of B kept for the newest items verbatim (FlexA-Mem: 0.25)."))
+    raw_first: bool = Field(False, description=(
+        "Unit recovery: whole unit if it fits, else excerpt (off: every unit's excerpt first, "
+        "then whole units while they fit, so more units get a look)."))
+    excerpts: bool = Field(True, description=(
+        "Unit recovery may show an excerpt when the raw unit does not fit (off only for ablations)."))
+    piece_whole_item_tokens: int = Field(128, gt=0, description=(
+        "Piece recovery shows a hit's whole item up to this size: a piece of a short turn reads badly."))
+    piece_unit_boost: float = Field(1.0, ge=0.0, description=(
+        "Piece order adds this times the unit's priority, in units of a top RRF rank."))
+    candidate_pieces: int = Field(300, gt=0, description=(
+        "BM25 pieces and dense items the render ranks at least; large budgets rank one per "
+        "four tokens of the cap."))
+    short_headers: bool = Field(True, description=(
+        "Over recovered detail a record shows only when and who: the detail says what, verbatim."))
+    repeat_time: bool = Field(False, description=(
+        "Item lines repeat their time even under a record header that already states it."))
+
+    @classmethod
+    def for_agent(cls, **changes: Any) -> RenderConfig:
+        """Agent trajectories: more timeline, stronger links, whole units (FlexA-Mem)."""
+        return cls(**{"timeline_share": 0.5, "link_discount": 0.9, "mode": "unit", **changes})
+
+    def depth(self, budget: int) -> int:
+        """Pieces (and dense items) a ranking must hold for a render of ``budget`` tokens."""
+        return max(self.candidate_pieces, int(budget * self.prompt_cap) // 4)
+
+
+class EngineConfig(_Config):
+    """Progressive execution (Router-Mem): prefix, router, and the deep path's blocks and agents."""
+
+    tau: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Router threshold: auto answers from the prefix when the sufficiency score reaches it."))
+    reader_budget: int = Field(1000, ge=0, description=(
+        "Token budget of the reader's context; LoCoMo evidence fits in ~1k, and a small CPU "
+        "model reads ~130 tokens/s, so every 1k tokens costs about 8 s."))
+    context: FastContext = Field("render", description=(
+        "Fast path context: the budgeted render (timeline + detail) or the prefix hits in rank order."))
+    context_depth: int = Field(60, gt=0, description=(
+        "Prefix hits the 'prefix' context may take; 60 short turns fill a 1k budget."))
+    answer_max_tokens: int = Field(48, gt=0, description=(
+        "Longest answer the reader may write; memory answers are a phrase or a sentence."))
+    anchor_blocks: int = Field(2, gt=0, description=(
+        "A: blocks with the most hit mass that anchor the deep path."))
+    max_blocks: int = Field(4, gt=0, description=(
+        "N_max: anchors plus temporal neighbours are capped at this count."))
+    concurrency: int = Field(4, gt=0, description="Deep-path memory agents run at most this many at once.")
+    notes_share: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Share of the deep reader's context given to the agents' notes; the fast context fills the rest."))
+    resolve_dates: bool = Field(True, description=(
+        "Deep path: quoted turns also state their relative time phrases against the turn's "
+        "own time, by rule (no model call)."))
+    agent_block_tokens: int = Field(1800, gt=0, description=(
+        "A block is cut to this many tokens before its agent reads it (a 2k-context model's room)."))
+    agent_max_tokens: int = Field(160, gt=0, description="Longest note a block agent may write.")
+    agent_grounding: float = Field(0.7, ge=0.0, le=1.0, description=(
+        "An agent's copied line is kept when this share of its own content words occurs in one "
+        "block item; lower lets guesses through, higher drops paraphrased copies."))
+    aggregator: Aggregator = Field("reader", description=(
+        "Deep path: the reader answers from notes + context ('reader'), or one extra call "
+        "merges the notes and flags conflicts ('llm')."))
+
+    @model_validator(mode="after")
+    def _anchors_fit(self) -> Self:
+        if self.anchor_blocks > self.max_blocks:
+            raise ValueError("anchor_blocks must not exceed max_blocks (the deep path needs an anchor)")
+        return self
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as settings; a value is read as JSON (``4``, ``0.25``, ``true``)
+    when it is JSON, else kept as text (``mode=unit``)."""
+    out: dict[str, Any] = {}
+    for entry in pairs:
+        key, sep, raw = entry.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"a setting is KEY=VALUE, got {entry!r}")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
+AnyConfig = TypeVar("AnyConfig", bound=_Config)
+
+
+def apply_overrides(overrides: Mapping[str, Any], *configs: AnyConfig) -> tuple[AnyConfig, ...]:
+    """Each config with the overrides that name its fields; a name no config has is an error."""
+    known = {name for c in configs for name in type(c).model_fields}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(unknown)}")
+    return tuple(c.replace(**{k: v for k, v in overrides.items() if k in type(c).model_fields})
+                 for c in configs)

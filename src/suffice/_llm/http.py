@@ -1,0 +1,428 @@
+"""Any OpenAI-compatible chat server over HTTP (hosted APIs, llama.cpp server, vLLM, ...).
+
+Plain httpx rather than a vendor SDK: the two requests we need are small, and owning the loop
+lets us bound concurrency, retry only what is worth retrying, and turn every failure into a
+:class:`ProviderError` that names the endpoint and status, which is what a user debugging a
+misconfigured server needs to see. Every call, failed or not, leaves a record in the ledger.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from .._errors import ConfigError, ProviderError
+from .base import CallRecord, Completion, Ledger, Message, Price, count_message_tokens, record_call
+from .base import count_text_tokens as _count
+from .pricing import price_for
+
+ENV_BASE_URL = "SUFFICE_LLM_BASE_URL"
+ENV_API_KEY = "SUFFICE_LLM_API_KEY"
+ENV_MODEL = "SUFFICE_LLM_MODEL"
+
+MAX_RETRY_AFTER_S = 30.0
+"""Cap on a server's Retry-After, so one overloaded provider cannot stall a run for minutes."""
+
+TOP_LOGPROBS = 20
+"""The most alternatives the OpenAI API returns per position."""
+
+
+def _retryable(status: int) -> bool:
+    return status in (408, 429) or status >= 500
+
+
+def _error_detail(resp: httpx.Response) -> str:
+    """The server's own error message if it sent one, else the start of the body."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:300].strip() or resp.reason_phrase
+    if isinstance(body, dict):
+        err = body.get("error", body.get("detail", body))
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])[:300]
+        return str(err)[:300]
+    return str(body)[:300]
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, min(float(value), MAX_RETRY_AFTER_S))
+    except ValueError:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+MAX_BACKOFF_S = 8.0
+"""Longest pause between two attempts, whatever the back-off doubling reaches."""
+
+class OpenAIHTTP:
+    """Chat completions and next-token choice probabilities from an OpenAI-compatible server.
+
+    ``base_url`` is the API root including its version (``http://host:port/v1``). Unset
+    arguments fall back to ``$SUFFICE_LLM_BASE_URL``, ``$SUFFICE_LLM_MODEL`` and
+    ``$SUFFICE_LLM_API_KEY`` (then ``$OPENAI_API_KEY``). At most ``max_concurrency`` requests
+    are in flight per instance; 408/429/5xx, timeouts and connection errors are retried up to
+    ``retries`` times with exponential backoff from ``backoff`` seconds. ``prices`` is a
+    :class:`Price` or a price-override mapping for :func:`price_for`.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_concurrency: int = 4,
+        retries: int = 3,
+        backoff: float = 0.5,
+        prices: Price | Mapping[str, Any] | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        base_url = base_url or os.environ.get(ENV_BASE_URL) or os.environ.get("OPENAI_BASE_URL")
+        model = model or os.environ.get(ENV_MODEL)
+        api_key = api_key or os.environ.get(ENV_API_KEY) or os.environ.get("OPENAI_API_KEY")
+        if not base_url:
+            raise ConfigError(
+                f"no LLM server given: pass base_url (e.g. http://127.0.0.1:8080/v1) or set "
+                f"${ENV_BASE_URL}"
+            )
+        if not model:
+            raise ConfigError(f"no model name given: pass model or set ${ENV_MODEL}")
+        if max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        if retries < 0 or backoff < 0 or timeout <= 0:
+            raise ConfigError("retries and backoff must be >= 0 and timeout > 0")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.price = prices if isinstance(prices, Price) else price_for(model, prices)
+        self._sem = threading.BoundedSemaphore(max_concurrency)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(self.timeout),
+            limits=httpx.Limits(max_connections=max_concurrency,
+                                max_keepalive_connections=max_concurrency),
+            headers=headers,
+            transport=transport,
+        )
+
+    @property
+    def chat_url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> OpenAIHTTP:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAIHTTP(base_url={self.base_url!r}, model={self.model!r})"
+
+    # -- transport ------------------------------------------------------------------------
+
+    def _delay(self, attempt: int, hinted: float | None) -> float:
+        base = min(self.backoff * (2.0**attempt), MAX_BACKOFF_S)
+        if hinted is not None:
+            base = max(base, hinted)
+        return base * (1.0 + 0.1 * random.random())  # jitter: spread retries of many threads
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST to /chat/completions, retrying what may succeed later; the decoded JSON body."""
+        url = self.chat_url
+        attempts = self.retries + 1
+        # One deadline for the whole call, retries included, so a flaky server cannot hold a
+        # query for retries x timeout plus every back-off.
+        deadline = time.monotonic() + 2 * self.timeout
+        for attempt in range(attempts):
+            hinted: float | None = None
+            try:
+                with self._sem:
+                    resp = self._client.post(url, json=payload)
+            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                raise ProviderError(
+                    f"{url} is not a usable URL ({exc}); base_url should look like "
+                    "http://host:port/v1",
+                    endpoint=url,
+                ) from exc
+            except httpx.TimeoutException as exc:
+                err = ProviderError(
+                    f"{url}: no response within {self.timeout:g} s ({type(exc).__name__}); the "
+                    "server may be overloaded or the timeout too short",
+                    endpoint=url,
+                )
+            except httpx.TransportError as exc:
+                err = ProviderError(
+                    f"cannot reach {url}: {type(exc).__name__}: {exc or 'connection failed'}; "
+                    f"is the server running and is {ENV_BASE_URL} right?",
+                    endpoint=url,
+                )
+            except httpx.HTTPError as exc:  # anything else httpx raises is not transient
+                raise ProviderError(f"request to {url} failed: {type(exc).__name__}: {exc}",
+                                    endpoint=url) from exc
+            else:
+                status = resp.status_code
+                if 200 <= status < 300:
+                    return self._decode(resp)
+                err = ProviderError(
+                    f"{url} returned HTTP {status}: {_error_detail(resp)}",
+                    endpoint=url,
+                    status=status,
+                )
+                if not _retryable(status):
+                    raise err
+                hinted = _retry_after(resp)
+            if attempt + 1 >= attempts:
+                if attempts > 1:
+                    raise ProviderError(
+                        f"{err} (gave up after {attempts} attempts)",
+                        endpoint=err.endpoint,
+                        status=err.status,
+                    )
+                raise err
+            delay = self._delay(attempt, hinted)
+            if time.monotonic() + delay >= deadline:
+                raise ProviderError(f"{err} (gave up after {attempt + 1} attempt(s): the call's "
+                                    f"deadline of {2 * self.timeout:g} s would pass)",
+                                    endpoint=err.endpoint, status=err.status)
+            time.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _decode(self, resp: httpx.Response) -> dict[str, Any]:
+        url = self.chat_url
+        try:
+            data = resp.json()
+        except ValueError as exc:  # json.JSONDecodeError and undecodable bytes
+            raise ProviderError(
+                f"{url} returned HTTP {resp.status_code} with a body that is not JSON: "
+                f"{resp.text[:200]!r}",
+                endpoint=url,
+                status=resp.status_code,
+            ) from exc
+        if not isinstance(data, dict):
+            raise ProviderError(
+                f"{url} returned JSON that is not an object: {str(data)[:200]}",
+                endpoint=url,
+                status=resp.status_code,
+            )
+        return data
+
+    def _first_choice(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The first choice of a decoded reply. Checked after the body is in hand, so a failed
+        call can still be billed from the body's usage."""
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ProviderError(f"{self.chat_url} returned no choices: {str(data)[:200]}",
+                                endpoint=self.chat_url, status=200)
+        choice: dict[str, Any] = choices[0]
+        return choice
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _usage(
+        self, data: dict[str, Any], messages: Sequence[Message], text: str
+    ) -> tuple[int, int, bool]:
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            n_in = _int(usage.get("prompt_tokens"))
+            n_out = _int(usage.get("completion_tokens"))
+            if n_in is not None and n_out is not None:
+                return n_in, n_out, False
+        return count_message_tokens(messages), _count(text), True
+
+    def _billed(self, exc: ProviderError, data: dict[str, Any],
+                messages: Sequence[Message]) -> tuple[int, int, bool]:
+        """Tokens of a failed call: none unless the server answered 2xx, which it bills.
+
+        A 2xx reply we could not use still cost its prompt: take the server's usage when the
+        body had one, else count the prompt here (the output is unknown and counted as 0).
+        """
+        if exc.status is None or not 200 <= exc.status < 300:
+            return 0, 0, False
+        return self._usage(data, messages, "")
+
+    def _record(
+        self,
+        ledger: Ledger | None,
+        stage: str,
+        t0: float,
+        tokens: tuple[int, int, bool] = (0, 0, False),
+        error: ProviderError | None = None,
+        t1: float | None = None,
+    ) -> CallRecord:
+        n_in, n_out, counted = tokens
+        return record_call(ledger, model=self.model, price=self.price, stage=stage, n_in=n_in,
+                           n_out=n_out, latency_ms=((t1 or time.perf_counter()) - t0) * 1000.0,
+                           error=None if error is None else str(error), usage_counted=counted)
+
+    # -- the LLM protocol -----------------------------------------------------------------
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        stop: Sequence[str] | None = None,
+        stage: str = "answer",
+        ledger: Ledger | None = None,
+    ) -> Completion:
+        t0 = time.perf_counter()
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in messages],
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        if stop:
+            payload["stop"] = list(stop)
+        data: dict[str, Any] = {}
+        try:
+            data = self._post(payload)
+            choice = self._first_choice(data)
+            message = choice.get("message")
+            if isinstance(message, dict):
+                text = message.get("content") or ""
+            elif isinstance(choice.get("text"), str):  # completions-style servers
+                text = choice["text"]
+            else:
+                raise ProviderError(
+                    f"{self.chat_url} returned a choice without a message: {str(choice)[:200]}",
+                    endpoint=self.chat_url,
+                    status=200,
+                )
+            if not isinstance(text, str):
+                raise ProviderError(
+                    f"{self.chat_url} returned non-text content: {str(text)[:200]}",
+                    endpoint=self.chat_url,
+                    status=200,
+                )
+        except ProviderError as exc:
+            self._record(ledger, stage, t0, self._billed(exc, data, messages), error=exc)
+            raise
+        t1 = time.perf_counter()
+        rec = self._record(ledger, stage, t0, self._usage(data, messages, text), t1=t1)
+        return Completion(text=text, record=rec, finish_reason=str(choice.get("finish_reason") or ""))
+
+    def choice_probs(
+        self,
+        messages: Sequence[Message],
+        choices: Mapping[str, Sequence[str]],
+        *,
+        stage: str = "router",
+        ledger: Ledger | None = None,
+    ) -> dict[str, float]:
+        """Group probabilities from the top next-token logprobs of a one-token completion.
+
+        Variants match a returned token case-insensitively after stripping whitespace, so
+        "Yes", " yes" and "YES" all count for a group listing "yes". Fails when none appears.
+        """
+        t0 = time.perf_counter()
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in messages],
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": True,
+            "top_logprobs": TOP_LOGPROBS,
+        }
+        data: dict[str, Any] = {}
+        try:
+            data = self._post(payload)
+            top = self._top_logprobs(self._first_choice(data))
+            probs = _group_probs(top, choices)
+            if probs is None:
+                seen = ", ".join(repr(t) for t, _ in top[:8])
+                raise ProviderError(
+                    f"{self.chat_url}: none of the variants of {sorted(choices)} is among the "
+                    f"top {len(top)} next tokens (saw {seen})",
+                    endpoint=self.chat_url,
+                    status=200,
+                )
+        except ProviderError as exc:
+            self._record(ledger, stage, t0, self._billed(exc, data, messages), error=exc)
+            raise
+        t1 = time.perf_counter()
+        text = top[0][0] if top else ""
+        self._record(ledger, stage, t0, self._usage(data, messages, text), t1=t1)
+        return probs
+
+    def _top_logprobs(self, choice: dict[str, Any]) -> list[tuple[str, float]]:
+        """(token, logprob) pairs at the first generated position, in either API shape."""
+        lp = choice.get("logprobs")
+        out: list[tuple[str, float]] = []
+        if isinstance(lp, dict):
+            content = lp.get("content")
+            if isinstance(content, list) and content and isinstance(content[0], dict):
+                first = content[0]
+                for alt in first.get("top_logprobs") or []:
+                    if isinstance(alt, dict) and isinstance(alt.get("token"), str):
+                        out.append((alt["token"], _logprob(alt.get("logprob"))))
+                if not out and isinstance(first.get("token"), str):
+                    out.append((first["token"], _logprob(first.get("logprob"))))
+            elif isinstance(lp.get("top_logprobs"), list) and lp["top_logprobs"]:
+                head = lp["top_logprobs"][0]  # legacy completions: [{token: logprob}, ...]
+                if isinstance(head, dict):
+                    out = [(str(t), _logprob(v)) for t, v in head.items()]
+        if not out:
+            raise ProviderError(
+                f"{self.chat_url} returned no logprobs; the server may not support "
+                "logprobs=True/top_logprobs (a llama.cpp server needs logits_all)",
+                endpoint=self.chat_url,
+                status=200,
+            )
+        return out
+
+
+def _group_probs(
+    top: Sequence[tuple[str, float]], choices: Mapping[str, Sequence[str]]
+) -> dict[str, float] | None:
+    """Sum each group's matching token probabilities and normalise; None if nothing matched."""
+    keys = {label: {v.strip().casefold() for v in variants if v.strip()}
+            for label, variants in choices.items()}
+    mass = dict.fromkeys(choices, 0.0)
+    seen: set[str] = set()
+    for token, logprob in top:
+        if token in seen:
+            continue
+        seen.add(token)
+        key = token.strip().casefold()
+        for label, wanted in keys.items():
+            if key in wanted:
+                mass[label] += math.exp(logprob)
+                break
+    total = sum(mass.values())
+    if total <= 0:
+        return None
+    return {label: m / total for label, m in mass.items()}
+
+
+__all__ = ["ENV_API_KEY", "ENV_BASE_URL", "ENV_MODEL", "OpenAIHTTP"]
+
+
+def _logprob(value: Any) -> float:
+    """A logprob from a response; a missing, null or non-numeric one counts as impossible."""
+    try:
+        return float(value) if value is not None else -math.inf
+    except (TypeError, ValueError):
+        return -math.inf

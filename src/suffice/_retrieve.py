@@ -1,0 +1,394 @@
+"""The shared retrieval prefix: BM25 over pieces and dense cosine over items, fused, once.
+
+:meth:`Retriever.rank` runs each ranker once per query and returns one :class:`Ranking` that
+keeps every source's scores (BM25 per piece and per item, cosine per item, the fused order).
+Everything after it consumes that object: search results, the renderer's piece and unit
+scores, the router's evidence, the deep path's blocks, the benchmarks. Nothing re-ranks.
+
+The retriever also keeps, per scope, the in-memory state that follows the log: the views
+(units, blocks), the item vectors and the unit vectors (mean of their items' vectors). The
+state is extended as items arrive and dropped when the store's generation changes (a forget or
+a rebuild, by this process or another). Nothing here calls a language model.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+
+from ._config import RetrievalConfig, StoreConfig
+from ._embed.protocol import Embedder
+from ._errors import InvalidQueryError
+from ._store.base import Store
+from ._text import embedding_text, query_terms
+from ._types import Evidence, Filter, Hit, Unit
+from ._views import ScopeViews
+
+Method = Literal["bm25", "dense", "fused", "recency"]
+METHODS: tuple[Method, ...] = ("bm25", "dense", "fused", "recency")
+
+_EMPTY_SEQS = np.zeros(0, dtype=np.int64)
+_EMPTY_MATRIX = np.zeros((0, 0), dtype=np.float32)
+
+
+@dataclass
+class ScopeIndex:
+    """Per-scope state kept in step with the store: views, item vectors, unit vectors.
+
+    Arrays are replaced, never changed in place where a reader could see them, and
+    :meth:`vectors` hands out a consistent pair, so readers need no lock.
+    """
+
+    views: ScopeViews
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    seqs: np.ndarray = field(default_factory=lambda: _EMPTY_SEQS)
+    matrix: np.ndarray = field(default_factory=lambda: _EMPTY_MATRIX)
+    buffer: np.ndarray = field(default_factory=lambda: _EMPTY_MATRIX)
+    """Storage behind ``matrix`` with room to grow: ``matrix`` is a view of its first rows."""
+    folded: int = 0
+    """Items whose vector has been added into ``sums``."""
+    sums: np.ndarray = field(default_factory=lambda: _EMPTY_MATRIX)
+    unit_vecs: np.ndarray = field(default_factory=lambda: _EMPTY_MATRIX)
+    """Row j: normalised mean vector of unit j's items (zero while it has none)."""
+
+    def vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(seqs, matrix) of the item vectors, taken together."""
+        with self.lock:
+            return self.seqs, self.matrix
+
+    def append_vectors(self, seqs: np.ndarray, mat: np.ndarray) -> None:
+        """Add rows; capacity doubles, so adding one item at a time costs O(1) amortised.
+
+        Rows are written past the current view before the view is widened, so a reader holding
+        the old ``matrix`` never sees a half-written row.
+        """
+        n, k = self.matrix.shape[0], mat.shape[0]
+        if self.buffer.shape[0] < n + k or self.buffer.shape[1:] != mat.shape[1:]:
+            grown = np.empty((max(n + k, 2 * self.buffer.shape[0], 1024), mat.shape[1]), dtype=np.float32)
+            if n:
+                grown[:n] = self.matrix
+            self.buffer = grown
+        self.buffer[n:n + k] = mat
+        self.seqs, self.matrix = np.concatenate([self.seqs, seqs]), self.buffer[:n + k]
+        self._fold()
+
+    def _fold(self) -> None:
+        """Add vectors not folded yet into their units' sums; renormalise those units."""
+        start = int(np.searchsorted(self.seqs, self.folded))
+        if start >= self.seqs.size:
+            return
+        seqs, rows = self.seqs[start:], self.matrix[start:]
+        unit_of = self.views.unit_of
+        units = np.fromiter((unit_of[int(q)] for q in seqs), dtype=np.int64, count=seqs.size)
+        n_units = len(self.views.units)
+        dim = rows.shape[1]
+        if self.sums.shape[0] < n_units or self.sums.shape[1] != dim:
+            grown = np.zeros((max(n_units, 2 * self.sums.shape[0]), dim), dtype=np.float32)
+            if self.sums.size and self.sums.shape[1] == dim:
+                grown[:self.sums.shape[0]] = self.sums
+            self.sums = grown
+        np.add.at(self.sums, units, rows)
+        lo = int(units.min())
+        block = self.sums[lo:n_units]
+        norms = np.linalg.norm(block, axis=1, keepdims=True)
+        fresh = np.divide(block, norms, out=np.zeros_like(block), where=norms > 0)
+        head = self.unit_vecs[:lo] if self.unit_vecs.shape[1:] == (dim,) else np.zeros((0, dim), np.float32)
+        if head.shape[0] < lo:  # units before the first vector: zero rows keep the alignment
+            head = np.vstack([head, np.zeros((lo - head.shape[0], dim), np.float32)])
+        self.unit_vecs = np.vstack([head, fresh]).astype(np.float32, copy=False)
+        self.folded = int(seqs[-1]) + 1
+
+    def unit_vectors(self, n_units: int) -> np.ndarray:
+        """Vectors of the first ``n_units`` units (zero rows for units with no vector yet)."""
+        vecs = self.unit_vecs
+        if vecs.shape[0] >= n_units:
+            return vecs[:n_units]
+        dim = vecs.shape[1] if vecs.ndim == 2 else 0
+        if not dim:
+            return np.zeros((n_units, 0), dtype=np.float32)
+        return np.vstack([vecs, np.zeros((n_units - vecs.shape[0], dim), dtype=np.float32)])
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """One query's ranking of one scope, with every source's scores kept.
+
+    ``seqs`` / ``scores``: items in the method's order, best first. ``pieces``: BM25's pieces,
+    best first, as (seq, piece index, score). ``dense``: items by cosine, best first.
+    ``size``: how many items of the log the ranking saw (later items wait for the next query).
+    """
+
+    scope: str
+    query: str
+    method: Method
+    seqs: tuple[int, ...]
+    scores: tuple[float, ...]
+    pieces: tuple[tuple[int, int, float], ...]
+    dense: tuple[tuple[int, float], ...]
+    qvec: np.ndarray | None
+    size: int
+    filter: Filter | None = None
+    unit_cos: np.ndarray | None = None
+    """Cosine of the query to each unit vector, when the dense scan computed it."""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    views: ScopeViews | None = field(default=None, repr=False, compare=False)
+    """The scope's views as the ranking saw them (where each hit sits: unit, blocks)."""
+
+    @property
+    def best_piece(self) -> dict[int, int]:
+        """Each BM25-matched item's best piece."""
+        out: dict[int, int] = {}
+        for seq, piece, _ in self.pieces:
+            out.setdefault(seq, piece)
+        return out
+
+    @property
+    def bm25(self) -> dict[int, float]:
+        """Each BM25-matched item's best piece score."""
+        out: dict[int, float] = {}
+        for seq, _, score in self.pieces:
+            out.setdefault(seq, score)
+        return out
+
+    @property
+    def cosine(self) -> dict[int, float]:
+        return dict(self.dense)
+
+
+class Retriever:
+    """Ranks one scope's items for a query; owns the per-scope state and a worker thread."""
+
+    def __init__(self, store: Store, embedder: Embedder | None, config: StoreConfig) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.config = config
+        self._scopes: dict[str, ScopeIndex] = {}
+        self._generation = -1
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        """Stop the worker thread (BM25 runs there while the query is embedded)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def _worker(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suffice-bm25")
+            return self._pool
+
+    # -- keeping in step with the log -------------------------------------------------------------
+
+    def index(self, scope: str) -> ScopeIndex:
+        """The scope's views and vectors, extended with any items appended since last time."""
+        generation = self.store.generation()
+        with self._lock:
+            if generation != self._generation:  # a forget or rebuild happened: start over
+                self._scopes.clear()
+                self._generation = generation
+            idx = self._scopes.get(scope)
+            if idx is None:
+                idx = self._scopes[scope] = ScopeIndex(ScopeViews(self.config))
+        with idx.lock:
+            new = self.store.layout(scope, after_seq=idx.views.size - 1)
+            if new:
+                idx.views.extend(new)
+            if self.embedder is not None:
+                have = int(idx.seqs[-1]) if idx.seqs.size else -1
+                if have < idx.views.size - 1:
+                    self._ensure_embedded(scope)
+                    seqs, mat = self.store.embeddings(scope, self.embedder.name, after_seq=have)
+                    # Another writer may have committed since the layout read: keep the
+                    # vectors in step with the views, never ahead of them.
+                    keep = seqs < idx.views.size
+                    if keep.any():
+                        idx.append_vectors(seqs[keep], mat[keep])
+        return idx
+
+    def _ensure_embedded(self, scope: str) -> None:
+        """Embed items stored without a vector (e.g. written by another process); once each."""
+        assert self.embedder is not None
+        missing = self.store.missing_embeddings(scope, self.embedder.name)
+        for i in range(0, len(missing), 512):
+            items = self.store.items(scope, missing[i:i + 512])
+            vecs = self.embedder.embed([embedding_text(it.speaker, it.text) for it in items])
+            self.store.put_embeddings(scope, self.embedder.name, [it.seq for it in items], vecs)
+
+    # -- ranking ------------------------------------------------------------------------------------
+
+    def rank(self, scope: str, query: str, config: RetrievalConfig, *, method: Method = "fused",
+             depth: int | None = None, piece_depth: int = 0, flt: Filter | None = None) -> Ranking:
+        """Rank ``scope`` for ``query``: ``depth`` items (default ``config.k``) in the method's
+        order, plus BM25 pieces and dense items at least ``piece_depth`` deep (the renderer's
+        need), each ranker run once."""
+        if method not in METHODS:
+            raise InvalidQueryError(f"unknown method {method!r}; use {', '.join(METHODS)}")
+        depth = config.k if depth is None else depth
+        t0 = time.perf_counter()
+        idx = self.index(scope)
+        size = idx.views.size
+        timings = {"sync_ms": _ms(t0)}
+        # Only items the views know: a concurrent writer's newer items wait for the next query.
+        below = size if flt is None or flt.before_seq is None else min(size, flt.before_seq)
+        bounded = replace(flt or Filter(), before_seq=below)
+        cand = max(depth, config.candidate_k)
+        use_bm25 = method in ("bm25", "fused")
+        use_dense = method in ("dense", "fused") and self.embedder is not None
+        terms = query_terms(query) if use_bm25 else []
+        piece_limit = max(3 * cand + 10, piece_depth)
+        t = time.perf_counter()
+        job = (self._worker().submit(self.store.bm25, scope, terms, piece_limit, bounded)
+               if terms else None)
+        qvec = None
+        dense: list[tuple[int, float]] = []
+        unit_cos = None
+        if use_dense:
+            assert self.embedder is not None
+            qvec = self.embedder.embed_query(query)
+            timings["embed_ms"] = _ms(t)
+            t = time.perf_counter()
+            dense, unit_cos = self._dense(scope, idx, qvec, max(cand, piece_depth), bounded, config)
+            timings["dense_ms"] = _ms(t)
+        t = time.perf_counter()
+        pieces = tuple(job.result()) if job is not None else ()
+        timings["bm25_ms"] = _ms(t)
+        t = time.perf_counter()
+        if method == "recency":
+            seqs = self._recent(scope, size, depth, bounded)
+            order, scores = seqs, [float(s) for s in seqs]
+        else:
+            order, scores = _fuse(method, pieces, dense, cand, depth, config)
+        timings["fuse_ms"] = _ms(t)
+        timings["total_ms"] = _ms(t0)
+        return Ranking(scope, query, method, tuple(order), tuple(scores), pieces, tuple(dense), qvec,
+                       size, flt, unit_cos, timings, idx.views)
+
+    def _dense(self, scope: str, idx: ScopeIndex, qvec: np.ndarray, depth: int, flt: Filter,
+               config: RetrievalConfig) -> tuple[list[tuple[int, float]], np.ndarray | None]:
+        """Items by cosine, best first: every allowed vector, or on a large scope those of the
+        units closest to the query (two-stage, see ``dense_scan_items``)."""
+        seqs_all, matrix = idx.vectors()
+        below = flt.before_seq if flt.before_seq is not None else idx.views.size
+        limit = int(np.searchsorted(seqs_all, below))
+        if limit == 0 or matrix.size == 0:
+            return [], None
+        unit_cos = None
+        ranges: list[tuple[int, int]] = [(0, limit)]
+        if limit > config.dense_scan_items:
+            units = idx.views.units
+            unit_cos = np.maximum(_matvec(idx.unit_vectors(len(units)), qvec), 0.0)
+            ranges = _best_unit_ranges(seqs_all, units, unit_cos, limit, config.dense_scan_items)
+        sims = np.concatenate([_matvec(matrix[lo:hi], qvec) for lo, hi in ranges])
+        seqs = np.concatenate([seqs_all[lo:hi] for lo, hi in ranges])
+        if _needs_store(flt):
+            allowed = np.isin(seqs, self.store.filter_seqs(scope, replace(flt, before_seq=None)))
+            sims, seqs = sims[allowed], seqs[allowed]
+        d = min(depth, sims.shape[0])
+        if d == 0:
+            return [], unit_cos
+        top = np.argpartition(-sims, d - 1)[:d] if d < sims.shape[0] else np.arange(sims.shape[0])
+        top = top[np.lexsort((-seqs[top], -sims[top]))]  # ties: the newer item first
+        return list(zip(seqs[top].tolist(), sims[top].tolist(), strict=True)), unit_cos
+
+    def _recent(self, scope: str, size: int, depth: int, flt: Filter) -> list[int]:
+        if not _needs_store(flt):
+            top = min(size, flt.before_seq if flt.before_seq is not None else size)
+            return list(range(top - 1, max(-1, top - 1 - depth), -1))
+        return [it.seq for it in self.store.find(scope, flt, limit=depth, newest_first=True)]
+
+    # -- evidence -------------------------------------------------------------------------------------
+
+    def evidence(self, ranking: Ranking, k: int | None = None) -> Evidence:
+        """The first ``k`` items of ``ranking`` (all when None) as hits carrying their items."""
+        t0 = time.perf_counter()
+        chosen = ranking.seqs if k is None else ranking.seqs[:k]
+        views = ranking.views or self.index(ranking.scope).views
+        items = {it.seq: it for it in self.store.items(ranking.scope, chosen)}
+        best, bm, cos = ranking.best_piece, ranking.bm25, ranking.cosine
+        hits = tuple(
+            Hit(item=items[seq], score=score, rank=r, source=ranking.method, piece=best.get(seq),
+                unit=views.unit_of[seq], blocks=views.blocks_of(seq), bm25_score=bm.get(seq),
+                dense_score=cos.get(seq))
+            for r, (seq, score) in enumerate(zip(chosen, ranking.scores, strict=False))
+            if seq in items)
+        timings = dict(ranking.timings_ms)
+        timings["fetch_ms"] = _ms(t0)
+        timings["total_ms"] = ranking.timings_ms.get("total_ms", 0.0) + timings["fetch_ms"]
+        return Evidence(ranking.query, ranking.scope, hits, timings)
+
+
+def _fuse(method: Method, pieces: tuple[tuple[int, int, float], ...], dense: list[tuple[int, float]],
+          cand: int, depth: int, config: RetrievalConfig) -> tuple[list[int], list[float]]:
+    """Items in the method's order: BM25 items (best piece each), cosine, or the two fused."""
+    bm_items: dict[int, float] = {}
+    for seq, _, score in pieces:
+        if seq not in bm_items:
+            bm_items[seq] = score
+            if len(bm_items) >= cand:
+                break
+    if method == "bm25":
+        seqs = list(bm_items)[:depth]
+        return seqs, [bm_items[s] for s in seqs]
+    if method == "dense":
+        return [s for s, _ in dense[:depth]], [c for _, c in dense[:depth]]
+    fused: dict[int, float] = {}
+    if config.fusion == "rrf":
+        for r, seq in enumerate(bm_items):
+            fused[seq] = fused.get(seq, 0.0) + 1.0 / (config.rrf_k + r + 1)
+        for r, (seq, _) in enumerate(dense[:cand]):
+            fused[seq] = fused.get(seq, 0.0) + 1.0 / (config.rrf_k + r + 1)
+    else:
+        lo, hi = min(bm_items.values(), default=0.0), max(bm_items.values(), default=0.0)
+        span = hi - lo if hi > lo else 1.0
+        nd = dict(dense[:cand])
+        w = config.bm25_weight
+        for seq in set(bm_items) | set(nd):
+            b = (bm_items[seq] - lo) / span if seq in bm_items else 0.0
+            fused[seq] = w * b + (1 - w) * nd.get(seq, 0.0)
+    # Ties go to the newer item: later statements supersede earlier ones in a memory.
+    order = sorted(fused, key=lambda q: (-fused[q], -q))[:depth]
+    return order, [fused[q] for q in order]
+
+
+def _needs_store(flt: Filter) -> bool:
+    """True when the filter tests item fields (not only a seq bound) and the store must say which."""
+    return not replace(flt, before_seq=None).empty
+
+
+def _best_unit_ranges(seqs: np.ndarray, units: Sequence[Unit], unit_cos: np.ndarray, limit: int,
+                      max_items: int) -> list[tuple[int, int]]:
+    """Row ranges of the items of the units closest to the query, about ``max_items / 5`` rows."""
+    budget = max(1, max_items // 5)
+    picked: list[tuple[int, int]] = []
+    total = 0
+    for u in np.lexsort((-np.arange(len(units)), -unit_cos)):
+        unit = units[int(u)]
+        lo = int(np.searchsorted(seqs, unit.first_seq))
+        hi = min(int(np.searchsorted(seqs, unit.last_seq + 1)), limit)
+        if hi > lo:
+            picked.append((lo, hi))
+            total += hi - lo
+        if total >= budget:
+            break
+    return sorted(picked)
+
+
+def _matvec(matrix: np.ndarray, vec: np.ndarray) -> np.ndarray:
+    """``matrix @ vec`` without BLAS threads: multithreaded BLAS stalls when cores are busy
+    (measured 8-14x slower on a loaded 2-core machine), while this single-threaded SIMD loop
+    is not."""
+    out: np.ndarray = np.einsum("ij,j->i", matrix, vec)
+    return out
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1e3

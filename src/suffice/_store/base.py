@@ -1,0 +1,177 @@
+"""The store interface every backend implements, and the checks shared by all of them.
+
+A store keeps, per scope (a hard partition), an append-only log of items and the views derived
+from them: pieces with a full-text index, item vectors, unit records and links. It knows
+nothing of tokenizers or models: callers hand it rows already counted, cut and embedded.
+``tests/store_contract.py`` is the specification: every backend must pass it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .._errors import InvalidItemError, InvalidQueryError
+from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRow:
+    """An item ready to be written: text counted, cut into pieces, embedded, time parsed.
+
+    Keeping that work out of the store keeps the storage layer free of tokenizers and models.
+    ``observed_at`` is the caller's text (a datetime already turned into ISO text).
+    """
+
+    item: NewItem
+    observed_at: str
+    observed_ts: float | None
+    tokens: int
+    pieces: Sequence[tuple[int, int]]
+    piece_bodies: Sequence[str]
+    embedding: np.ndarray | None = None
+
+
+Layout = list[tuple[int, str, int]]
+"""(seq, session, tokens) of items, in seq order: all the views need."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """An item log per scope with pieces, full-text index, vectors, records and links."""
+
+    path: str
+    """Where the store lives (a file path or a database URL without its password)."""
+
+    def close(self) -> None: ...
+
+    # -- configuration and bookkeeping --------------------------------------------------------
+    @property
+    def schema_version(self) -> int: ...
+    def load_config(self) -> dict[str, Any] | None:
+        """The saved store config, or None for a store that has none yet."""
+    def save_config(self, config: Mapping[str, Any]) -> None: ...
+    def generation(self) -> int:
+        """A counter raised by every forget and rebuild: caches built at another value are stale."""
+
+    # -- writes ---------------------------------------------------------------------------------
+    def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "") -> list[Item]:
+        """Write ``rows`` in one transaction; idempotent for client ids stored unchanged."""
+    def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[bool]:
+        """Per item: True when its client id is stored with the same content; raises
+        ConflictError (nothing written) when one is stored with other content."""
+    def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray) -> None: ...
+    def put_record(self, scope: str, unit: int, first_seq: int, last_seq: int, text: str,
+                   writer: str, links: Sequence[tuple[int, str, float]] = ()) -> bool:
+        """Write a unit's record and links once; False when the record already existed."""
+    def forget(self, scope: str, *, ids: Sequence[str] | None = None,
+               session: str | None = None) -> ForgetReport:
+        """Delete items (all of the scope, a session's, or by id) and every trace derived
+        from them; later items move up to close the gap; one audit line is written."""
+    def rebuild_pieces(self, scope: str, rows: Sequence[tuple[int, Sequence[tuple[int, int]],
+                                                             Sequence[str]]]) -> None:
+        """Replace the pieces of the given items (seq, spans, bodies); the items stay as they are."""
+    def drop_records(self, scope: str) -> None:
+        """Delete every record and link of ``scope`` (they are rebuilt from the items)."""
+    def drop_embeddings(self) -> None:
+        """Delete every vector of the store (before re-embedding with another encoder)."""
+
+    # -- reads ----------------------------------------------------------------------------------
+    def scopes(self) -> list[str]: ...
+    def has_scope(self, scope: str) -> bool: ...
+    def max_seq(self, scope: str) -> int: ...
+    def items(self, scope: str, seqs: Sequence[int] | None = None, *, start: int = 0,
+              end: int | None = None) -> list[Item]: ...
+    def get(self, scope: str, item_id: str) -> Item | None: ...
+    def find(self, scope: str, flt: Filter | None = None, *, offset: int = 0, limit: int | None = None,
+             newest_first: bool = False) -> list[Item]:
+        """Items matching ``flt`` in seq order (or newest first), paged."""
+    def filter_seqs(self, scope: str, flt: Filter) -> np.ndarray:
+        """Sorted seqs of the items matching ``flt``."""
+    def layout(self, scope: str, after_seq: int = -1) -> Layout: ...
+    def pieces(self, scope: str, seqs: Sequence[int]) -> dict[int, list[tuple[int, int, int]]]: ...
+    def bm25(self, scope: str, terms: Sequence[str], limit: int, flt: Filter | None = None
+             ) -> list[tuple[int, int, float]]:
+        """(seq, piece, score) of the best pieces, best first; larger scores are better."""
+    def embeddings(self, scope: str, encoder: str, after_seq: int = -1) -> tuple[np.ndarray, np.ndarray]: ...
+    def missing_embeddings(self, scope: str, encoder: str) -> list[int]: ...
+    def records(self, scope: str, after_unit: int = -1) -> list[tuple[int, int, int, str, str]]: ...
+    def links(self, scope: str, after_src: int = -1) -> list[tuple[int, int, str, float]]: ...
+    def stats(self, scope: str | None = None) -> StoreStats: ...
+    def audit(self) -> list[AuditEntry]: ...
+
+
+def validate_scope(scope: object) -> str:
+    if not isinstance(scope, str) or not scope.strip():
+        raise InvalidItemError("scope must be a non-empty string")
+    if any(ord(c) < 32 for c in scope):
+        raise InvalidItemError(f"scope {scope!r} contains control characters")
+    return scope
+
+
+def validate_item(item: NewItem, index: int) -> None:
+    """Raise InvalidItemError naming the item when it cannot be stored."""
+    where = f"item {index}" + (f" (id {item.id!r})" if isinstance(item.id, str) and item.id else "")
+    if not isinstance(item.text, str):
+        raise InvalidItemError(f"{where}: text must be a string, got {type(item.text).__name__}")
+    if not item.text.strip():
+        raise InvalidItemError(f"{where}: text is empty")
+    if "\x00" in item.text:
+        raise InvalidItemError(f"{where}: text contains a NUL character")
+    if item.id is not None and (not isinstance(item.id, str) or not item.id.strip()):
+        raise InvalidItemError(f"{where}: id must be a non-empty string when given")
+    for name in ("session", "speaker", "role", "kind", "agent"):
+        if not isinstance(getattr(item, name), str):
+            raise InvalidItemError(f"{where}: {name} must be a string")
+    if not isinstance(item.observed_at, str) and not hasattr(item.observed_at, "isoformat"):
+        raise InvalidItemError(f"{where}: observed_at must be text or a datetime")
+    for name in ("text", "session", "speaker", "role", "kind", "observed_at", "id", "agent"):
+        value = getattr(item, name)
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidItemError(f"{where}: {name} is not valid unicode (lone surrogate)") from None
+    if not isinstance(item.meta, Mapping):
+        raise InvalidItemError(f"{where}: meta must be a mapping, got {type(item.meta).__name__}")
+    try:
+        json.dumps(item.meta, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidItemError(f"{where}: meta is not JSON-serialisable ({exc})") from None
+
+
+def validate_filter(flt: Filter) -> None:
+    """Raise InvalidQueryError for a filter no store could apply."""
+    for name in ("session", "speaker", "kind", "role", "agent"):
+        value = getattr(flt, name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidQueryError(f"filter {name} must be a string, got {type(value).__name__}")
+    for name in ("since", "until"):
+        value = getattr(flt, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value)):
+            raise InvalidQueryError(f"filter {name} must be finite POSIX seconds, got {value!r}")
+    if flt.since is not None and flt.until is not None and flt.since >= flt.until:
+        raise InvalidQueryError("filter since must be earlier than until (the range would be empty)")
+    if flt.meta is not None:
+        if not isinstance(flt.meta, Mapping) or not all(isinstance(k, str) for k in flt.meta):
+            raise InvalidQueryError("filter meta must map string keys to values")
+        try:
+            json.dumps(dict(flt.meta), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidQueryError(f"filter meta values must be JSON values ({exc})") from None
+    before = flt.before_seq
+    if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+        raise InvalidQueryError("filter before_seq must be an integer")
+
+
+def content_key(item: Item | NewItem, observed_at: str | None = None) -> tuple[str, ...]:
+    """Everything a client supplies about an item, for the idempotency check."""
+    when = observed_at if observed_at is not None else str(item.observed_at)
+    return (item.text, item.session, item.speaker, item.role, item.kind, when, item.agent,
+            json.dumps(item.meta, ensure_ascii=False, sort_keys=True))

@@ -1,0 +1,699 @@
+"""SQLite store (WAL): the embedded default.
+
+Items are append-only: no call changes an item's content, and a trigger refuses an UPDATE of
+any content column. The one exception is deletion for privacy (:meth:`SQLiteStore.forget`),
+which removes items with every derived trace, closes the gap in ``seq`` and overwrites the freed
+pages (``secure_delete``), then folds and empties the write-ahead log, so the text is gone from
+the files and not only from the tables.
+
+A batch is one transaction; ids supplied by the client make re-adding a batch a no-op. Several
+processes may write at once: ``BEGIN IMMEDIATE`` takes the write lock before ``seq`` is
+assigned, and a busy store is retried with back-off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .._errors import ConflictError, InvalidItemError, StoreError
+from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats
+from .base import ItemRow, Layout, content_key, validate_filter, validate_item, validate_scope
+
+SCHEMA_VERSION = 3
+"""2: client ids unique per scope (1: across the store). 3: parsed time and agent columns,
+audit table, content-only immutability (seq may close up after a forget)."""
+
+T = TypeVar("T")
+
+_CONTENT = ("id, scope, session, speaker, role, kind, observed_at, text, meta, tokens, created_at, "
+            "observed_ts, agent")
+_COLUMNS = "id, scope, seq, session, speaker, role, kind, observed_at, text, meta, tokens, observed_ts, agent"
+"""Item columns in the order :func:`_row_to_item` reads them."""
+
+_ITEMS_COLUMNS_V2 = """
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    session TEXT NOT NULL,
+    speaker TEXT NOT NULL,
+    role TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    observed_at TEXT NOT NULL,
+    text TEXT NOT NULL,
+    meta TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (scope, seq),
+    UNIQUE (scope, id)
+"""
+_V2_FIELDS = "id, scope, seq, session, speaker, role, kind, observed_at, text, meta, tokens, created_at"
+_TRIGGER = f"""CREATE TRIGGER IF NOT EXISTS items_immutable BEFORE UPDATE OF {_CONTENT} ON items
+BEGIN SELECT RAISE(ABORT, 'items are immutable'); END;"""
+
+_VIEWS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pieces (
+    rowid INTEGER PRIMARY KEY,
+    scope TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    UNIQUE (scope, seq, idx)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS pieces_fts USING fts5(body, tokenize = 'porter unicode61');
+CREATE TABLE IF NOT EXISTS embeddings (
+    scope TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    vec BLOB NOT NULL,
+    PRIMARY KEY (scope, seq, model)
+);
+CREATE TABLE IF NOT EXISTS records (
+    scope TEXT NOT NULL,
+    unit INTEGER NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    writer TEXT NOT NULL,
+    PRIMARY KEY (scope, unit)
+);
+CREATE TABLE IF NOT EXISTS links (
+    scope TEXT NOT NULL,
+    src INTEGER NOT NULL,
+    dst INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    weight REAL NOT NULL,
+    PRIMARY KEY (scope, src, dst, kind)
+);
+"""
+_V3_ADDITIONS = f"""
+{_TRIGGER}
+CREATE TABLE IF NOT EXISTS audit (
+    rowid INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    action TEXT NOT NULL,
+    scope_sha256 TEXT NOT NULL,
+    ids_sha256 TEXT NOT NULL,
+    counts TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS items_scope_session ON items (scope, session);
+CREATE INDEX IF NOT EXISTS items_scope_time ON items (scope, observed_ts);
+"""
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def observed_text(value: object) -> str:
+    """``observed_at`` as stored: text as given, a datetime as ISO 8601."""
+    iso = getattr(value, "isoformat", None)
+    return str(iso()) if callable(iso) else str(value)
+
+
+class SQLiteStore:
+    """An append-only item log with its pieces, FTS5 index, embeddings, records and links.
+
+    ``create=False`` refuses to open a file that does not exist (read-only commands must not
+    leave an empty store behind a mistyped path).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] = ":memory:", *, create: bool = True,
+                 busy_timeout_s: float = 30.0, max_retries: int = 50) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            p = Path(self.path)
+            if p.is_dir():
+                raise StoreError(f"store path {self.path} is a directory; name a file")
+            if not create and not p.exists():
+                raise StoreError(f"no store at {self.path}")
+            p.parent.mkdir(parents=True, exist_ok=True)
+        self._max_retries = max_retries
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
+                                         check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store at {self.path}: {exc}") from None
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            if self.path != ":memory:":
+                self._retry(lambda: self._conn.execute("PRAGMA journal_mode = WAL"))
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            # Freed content is overwritten with zeros: forgotten text leaves no bytes behind.
+            self._conn.execute("PRAGMA secure_delete = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise StoreError(f"cannot open store at {self.path}: {exc} (is it a suffice store?)") from None
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        """Run ``fn``, retrying while another process holds the write lock."""
+        delay = 0.005
+        for attempt in range(self._max_retries):
+            try:
+                return fn()
+            except sqlite3.ProgrammingError as exc:  # e.g. used after close()
+                raise StoreError(f"store {self.path}: {exc}") from None
+            except sqlite3.OperationalError as exc:
+                msg = str(exc).lower()
+                if ("locked" not in msg and "busy" not in msg) or attempt == self._max_retries - 1:
+                    raise StoreError(f"store {self.path}: {exc}") from exc
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.5)
+        raise StoreError(f"store {self.path}: still busy after {self._max_retries} attempts")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction holding the database write lock from its first statement."""
+        with self._lock:
+            self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield self._conn
+                self._retry(lambda: self._conn.execute("COMMIT"))
+            except BaseException:
+                # SQLite may already have rolled back (e.g. on a failed COMMIT); never leave a
+                # transaction open, or every later write would fail.
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def _run_script(self, script: str) -> None:
+        """Run a schema script (its own BEGIN IMMEDIATE ... COMMIT), rolled back on failure."""
+        with self._lock:
+            try:
+                self._retry(lambda: self._conn.executescript(script))
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def _migrate(self) -> None:
+        # A new store gets the whole schema in one immediate transaction, so two processes
+        # opening it at once cannot interleave; every statement is idempotent.
+        self._run_script(
+            "BEGIN IMMEDIATE;\nCREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\n"
+            "CREATE TABLE IF NOT EXISTS items (" + _ITEMS_COLUMNS_V2 + ");\n" + _VIEWS_SCHEMA
+            + f"\nINSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');\n"
+            "INSERT OR IGNORE INTO meta VALUES ('generation', '0');\nCOMMIT;")
+        version = self.schema_version
+        if version == 1:
+            self._migrate_v1()
+            version = self.schema_version
+        if version == 2 or not self._has_column("items", "observed_ts"):
+            self._migrate_v2()
+            version = self.schema_version
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"store {self.path} has schema version {version}, newer than this suffice "
+                f"({SCHEMA_VERSION}); upgrade suffice")
+        self._run_script("BEGIN IMMEDIATE;\n" + _V3_ADDITIONS + "\nCOMMIT;")
+
+    def _has_column(self, table: str, column: str) -> bool:
+        return any(r[1] == column for r in self._conn.execute(f"PRAGMA table_info({table})"))
+
+    def _migrate_v1(self) -> None:
+        """v1 -> v2: rebuild the items table so client ids are unique per scope, not globally."""
+        self._run_script(
+            "BEGIN IMMEDIATE;\n"
+            f"CREATE TABLE items_v2 ({_ITEMS_COLUMNS_V2});\n"
+            f"INSERT INTO items_v2 (rowid, {_V2_FIELDS}) SELECT rowid, {_V2_FIELDS} FROM items;\n"
+            "DROP TABLE items;\nALTER TABLE items_v2 RENAME TO items;\n"
+            "UPDATE meta SET value = '2' WHERE key = 'schema_version' AND value = '1';\nCOMMIT;")
+
+    def _migrate_v2(self) -> None:
+        """v2 -> v3 (and a new store): the parsed-time and agent columns; times are parsed from
+        the stored text once, here."""
+        from .._times import parse_time
+
+        with self._write() as c:
+            if not self._has_column("items", "observed_ts"):
+                c.execute("ALTER TABLE items ADD COLUMN observed_ts REAL")
+            if not self._has_column("items", "agent"):
+                c.execute("ALTER TABLE items ADD COLUMN agent TEXT NOT NULL DEFAULT ''")
+            c.execute("DROP TRIGGER IF EXISTS items_immutable")
+            texts = c.execute("SELECT DISTINCT observed_at FROM items WHERE observed_at != ''").fetchall()
+            c.executemany("UPDATE items SET observed_ts = ? WHERE observed_at = ?",
+                          [(parse_time(t), t) for (t,) in texts])
+            c.execute(_TRIGGER)
+            c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            return self._retry(lambda: self._conn.execute(sql, params).fetchall())
+
+    def _meta(self, key: str) -> str | None:
+        rows = self._read("SELECT value FROM meta WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._meta("schema_version") or 0)
+
+    # -- configuration ----------------------------------------------------------------------------
+
+    def load_config(self) -> dict[str, Any] | None:
+        raw = self._meta("store_config")
+        return None if raw is None else dict(json.loads(raw))
+
+    def save_config(self, config: Mapping[str, Any]) -> None:
+        with self._write() as c:
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('store_config', ?)",
+                      (json.dumps(dict(config), sort_keys=True),))
+
+    def generation(self) -> int:
+        return int(self._meta("generation") or 0)
+
+    def _bump_generation(self, c: sqlite3.Connection) -> None:
+        c.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "") -> list[Item]:
+        """Write ``rows`` to ``scope`` in one transaction; return the stored items in order.
+
+        An item whose client id is already stored with the same content is returned as stored
+        (idempotent); with different content it raises ConflictError and nothing is written.
+        """
+        validate_scope(scope)
+        for i, row in enumerate(rows):
+            validate_item(row.item, i)
+        ids = [r.item.id for r in rows if r.item.id is not None]
+        if len(ids) != len(set(ids)):
+            dup = next(x for x in ids if ids.count(x) > 1)
+            raise InvalidItemError(f"id {dup!r} appears twice in one batch")
+        out: list[Item] = []
+        now = time.time()
+        with self._write() as c:
+            (top,) = c.execute("SELECT COALESCE(MAX(seq), -1) FROM items WHERE scope = ?",
+                               (scope,)).fetchone()
+            seq = int(top)
+            for row in rows:
+                new = row.item
+                if new.id is not None:
+                    existing = c.execute(f"SELECT {_COLUMNS} FROM items WHERE scope = ? AND id = ?",
+                                         (scope, new.id)).fetchone()
+                    if existing is not None:
+                        stored = _row_to_item(existing)
+                        if content_key(stored) != content_key(new, row.observed_at):
+                            raise ConflictError(
+                                f"item id {new.id!r} is already stored in this scope with different "
+                                "content; items are immutable")
+                        out.append(stored)
+                        continue
+                seq += 1
+                item_id = new.id if new.id is not None else uuid.uuid4().hex
+                meta = json.dumps(new.meta, ensure_ascii=False, sort_keys=True)
+                c.execute(
+                    "INSERT INTO items (id, scope, seq, session, speaker, role, kind, observed_at,"
+                    " text, meta, tokens, created_at, observed_ts, agent)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (item_id, scope, seq, new.session, new.speaker, new.role, new.kind,
+                     row.observed_at, new.text, meta, row.tokens, now, row.observed_ts, new.agent))
+                self._write_pieces(c, scope, seq, row.pieces, row.piece_bodies)
+                if row.embedding is not None and encoder:
+                    c.execute("INSERT OR REPLACE INTO embeddings VALUES (?,?,?,?)",
+                              (scope, seq, encoder, np.asarray(row.embedding, dtype=np.float32).tobytes()))
+                out.append(Item(item_id, scope, seq, new.session, new.speaker, new.role, new.kind,
+                                row.observed_at, new.text, dict(new.meta), row.tokens,
+                                row.observed_ts, new.agent))
+        return out
+
+    def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[bool]:
+        """For each item: True if its client id is already stored with the same content.
+
+        Raises ConflictError (before anything is written) if one is stored with other content,
+        so a multi-batch add can refuse the whole input up front.
+        """
+        ids = [it.id for it in items if it.id is not None]
+        stored: dict[str, Item] = {}
+        for chunk in _chunks(ids):
+            marks = ",".join("?" * len(chunk))
+            for r in self._read(f"SELECT {_COLUMNS} FROM items WHERE scope = ? AND id IN ({marks})",
+                                (scope, *chunk)):
+                stored[r[0]] = _row_to_item(r)
+        out: list[bool] = []
+        for it in items:
+            old = stored.get(it.id) if it.id is not None else None
+            if old is not None and content_key(old) != content_key(it, observed_text(it.observed_at)):
+                raise ConflictError(f"item id {it.id!r} is already stored in this scope with "
+                                    "different content; items are immutable")
+            out.append(old is not None)
+        return out
+
+    @staticmethod
+    def _write_pieces(c: sqlite3.Connection, scope: str, seq: int,
+                      spans: Sequence[tuple[int, int]], bodies: Sequence[str]) -> None:
+        for idx, ((start, end), body) in enumerate(zip(spans, bodies, strict=True)):
+            cur = c.execute("INSERT INTO pieces (scope, seq, idx, start, end) VALUES (?,?,?,?,?)",
+                            (scope, seq, idx, start, end))
+            c.execute("INSERT INTO pieces_fts (rowid, body) VALUES (?, ?)", (cur.lastrowid, body))
+
+    @staticmethod
+    def _delete_pieces(c: sqlite3.Connection, scope: str, seqs: Sequence[int]) -> int:
+        n = 0
+        for chunk in _chunks(list(seqs)):
+            marks = ",".join("?" * len(chunk))
+            rids = [r[0] for r in c.execute(
+                f"SELECT rowid FROM pieces WHERE scope = ? AND seq IN ({marks})", (scope, *chunk))]
+            c.executemany("DELETE FROM pieces_fts WHERE rowid = ?", [(r,) for r in rids])
+            c.execute(f"DELETE FROM pieces WHERE scope = ? AND seq IN ({marks})", (scope, *chunk))
+            n += len(rids)
+        return n
+
+    def rebuild_pieces(self, scope: str, rows: Sequence[tuple[int, Sequence[tuple[int, int]],
+                                                             Sequence[str]]]) -> None:
+        with self._write() as c:
+            self._delete_pieces(c, scope, [seq for seq, _, _ in rows])
+            for seq, spans, bodies in rows:
+                self._write_pieces(c, scope, seq, spans, bodies)
+            self._bump_generation(c)
+
+    def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray) -> None:
+        with self._write() as c:
+            c.executemany(
+                "INSERT OR IGNORE INTO embeddings VALUES (?,?,?,?)",
+                [(scope, int(s), encoder, np.asarray(v, dtype=np.float32).tobytes())
+                 for s, v in zip(seqs, vecs, strict=True)])
+
+    def drop_embeddings(self) -> None:
+        with self._write() as c:
+            c.execute("DELETE FROM embeddings")
+            self._bump_generation(c)
+
+    def put_record(self, scope: str, unit: int, first_seq: int, last_seq: int, text: str,
+                   writer: str, links: Sequence[tuple[int, str, float]] = ()) -> bool:
+        with self._write() as c:
+            cur = c.execute("INSERT OR IGNORE INTO records VALUES (?,?,?,?,?,?)",
+                            (scope, unit, first_seq, last_seq, text, writer))
+            if cur.rowcount == 0:
+                return False
+            c.executemany("INSERT OR IGNORE INTO links VALUES (?,?,?,?,?)",
+                          [(scope, unit, dst, kind, w) for dst, kind, w in links])
+            return True
+
+    def drop_records(self, scope: str) -> None:
+        with self._write() as c:
+            c.execute("DELETE FROM records WHERE scope = ?", (scope,))
+            c.execute("DELETE FROM links WHERE scope = ?", (scope,))
+            self._bump_generation(c)
+
+    # -- forget -----------------------------------------------------------------------------------
+
+    def forget(self, scope: str, *, ids: Sequence[str] | None = None,
+               session: str | None = None) -> ForgetReport:
+        """Delete items (the whole scope, one session's, or these ids) and all they left behind.
+
+        In one transaction: the items, their pieces and full-text entries, their vectors, the
+        records and links of every unit from the first one touched (they are rebuilt from the
+        items that remain), then later items move up to close the gap in ``seq``, the full-text
+        index is merged so no deleted term stays in an old segment, and one audit line (sha256
+        digests and counts, never names or text) is written. Then the write-ahead log is folded
+        into the file and truncated.
+        """
+        validate_scope(scope)
+        if ids is not None and session is not None:
+            raise InvalidItemError("forget takes ids or a session, not both")
+        with self._write() as c:
+            if ids is not None:
+                wanted = [str(x) for x in ids]
+                rows = []
+                for batch in _chunks(wanted):
+                    marks = ",".join("?" * len(batch))
+                    rows += c.execute(f"SELECT seq, id FROM items WHERE scope = ? AND id IN ({marks})",
+                                      (scope, *batch)).fetchall()
+                action = "forget items"
+            elif session is not None:
+                rows = c.execute("SELECT seq, id FROM items WHERE scope = ? AND session = ?",
+                                 (scope, session)).fetchall()
+                action = "forget session"
+            else:
+                rows = c.execute("SELECT seq, id FROM items WHERE scope = ?", (scope,)).fetchall()
+                action = "forget scope"
+            if not rows:
+                return ForgetReport(scope, 0, 0, 0, 0, 0, checkpointed=False)
+            seqs = sorted(int(r[0]) for r in rows)
+            first = seqs[0]
+            n_pieces = self._delete_pieces(c, scope, seqs)
+            n_vecs = _delete_seqs(c, "embeddings", scope, seqs)
+            (first_unit,) = c.execute(
+                "SELECT COALESCE(MIN(unit), (SELECT COALESCE(MAX(unit), -1) + 1 FROM records"
+                " WHERE scope = ?1)) FROM records WHERE scope = ?1 AND last_seq >= ?2",
+                (scope, first)).fetchone()
+            n_records = c.execute("DELETE FROM records WHERE scope = ? AND unit >= ?",
+                                  (scope, first_unit)).rowcount
+            n_links = c.execute("DELETE FROM links WHERE scope = ? AND src >= ?",
+                                (scope, first_unit)).rowcount
+            _delete_seqs(c, "items", scope, seqs)
+            self._close_gaps(c, scope, first)
+            c.execute("INSERT INTO pieces_fts (pieces_fts) VALUES ('optimize')")
+            c.execute("INSERT INTO audit (at, action, scope_sha256, ids_sha256, counts) VALUES (?,?,?,?,?)",
+                      (time.time(), action, _sha(scope),
+                       json.dumps(sorted(_sha(str(r[1])) for r in rows)),
+                       json.dumps({"items": len(seqs), "pieces": n_pieces, "vectors": n_vecs,
+                                   "records": n_records, "links": n_links})))
+            self._bump_generation(c)
+        return ForgetReport(scope, len(seqs), n_pieces, n_vecs, n_records, n_links,
+                            checkpointed=self._checkpoint())
+
+    @staticmethod
+    def _close_gaps(c: sqlite3.Connection, scope: str, first: int) -> None:
+        """Renumber the items after ``first`` to 0..n-1 order, with their pieces and vectors.
+
+        Two passes through negative numbers, so no step collides with a seq still in use.
+        """
+        c.execute("DROP TABLE IF EXISTS temp.remap")
+        c.execute("CREATE TEMP TABLE remap (old INTEGER PRIMARY KEY, new INTEGER NOT NULL)")
+        c.execute("INSERT INTO temp.remap SELECT seq, ? + ROW_NUMBER() OVER (ORDER BY seq) - 1 FROM items"
+                  " WHERE scope = ? AND seq > ?", (first, scope, first))
+        c.execute("DELETE FROM temp.remap WHERE old = new")
+        for table in ("items", "pieces", "embeddings"):
+            c.execute(f"UPDATE {table} SET seq = -1 - (SELECT new FROM temp.remap WHERE old = {table}.seq)"
+                      f" WHERE scope = ? AND seq IN (SELECT old FROM temp.remap)", (scope,))
+            c.execute(f"UPDATE {table} SET seq = -1 - seq WHERE scope = ? AND seq < 0", (scope,))
+        c.execute("DROP TABLE temp.remap")
+
+    def _checkpoint(self, attempts: int = 20) -> bool:
+        """Fold the write-ahead log into the file and truncate it; False if readers kept it busy."""
+        if self.path == ":memory:":
+            return True
+        for i in range(attempts):
+            with self._lock:
+                busy, _log, _done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy == 0:
+                return True
+            time.sleep(min(0.01 * 2 ** i, 0.5))
+        return False
+
+    def audit(self) -> list[AuditEntry]:
+        return [AuditEntry(float(at), str(action), str(sc), tuple(json.loads(ids)), dict(json.loads(counts)))
+                for at, action, sc, ids, counts in self._read(
+                    "SELECT at, action, scope_sha256, ids_sha256, counts FROM audit ORDER BY rowid")]
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def scopes(self) -> list[str]:
+        return [r[0] for r in self._read("SELECT DISTINCT scope FROM items ORDER BY scope")]
+
+    def has_scope(self, scope: str) -> bool:
+        return bool(self._read("SELECT 1 FROM items WHERE scope = ? LIMIT 1", (scope,)))
+
+    def max_seq(self, scope: str) -> int:
+        return int(self._read("SELECT COALESCE(MAX(seq), -1) FROM items WHERE scope = ?", (scope,))[0][0])
+
+    def items(self, scope: str, seqs: Sequence[int] | None = None, *, start: int = 0,
+              end: int | None = None) -> list[Item]:
+        """Items of ``scope`` by seq list, or the range ``start <= seq < end``, in seq order."""
+        if seqs is not None:
+            rows: list[Any] = []
+            for part in _chunks(sorted({int(s) for s in seqs})):
+                marks = ",".join("?" * len(part))
+                rows += self._read(f"SELECT {_COLUMNS} FROM items WHERE scope = ? AND seq IN ({marks})",
+                                   (scope, *part))
+            return sorted((_row_to_item(r) for r in rows), key=lambda it: it.seq)
+        hi = end if end is not None else 2**62
+        return [_row_to_item(r) for r in self._read(
+            f"SELECT {_COLUMNS} FROM items WHERE scope = ? AND seq >= ? AND seq < ? ORDER BY seq",
+            (scope, start, hi))]
+
+    def get(self, scope: str, item_id: str) -> Item | None:
+        rows = self._read(f"SELECT {_COLUMNS} FROM items WHERE scope = ? AND id = ?", (scope, item_id))
+        return _row_to_item(rows[0]) if rows else None
+
+    def find(self, scope: str, flt: Filter | None = None, *, offset: int = 0, limit: int | None = None,
+             newest_first: bool = False) -> list[Item]:
+        where, params = _filter_sql(flt, "items")
+        order = "DESC" if newest_first else "ASC"
+        return [_row_to_item(r) for r in self._read(
+            f"SELECT {_COLUMNS} FROM items WHERE scope = ?{where} ORDER BY seq {order} LIMIT ? OFFSET ?",
+            (scope, *params, -1 if limit is None else limit, offset))]
+
+    def filter_seqs(self, scope: str, flt: Filter) -> np.ndarray:
+        where, params = _filter_sql(flt, "items")
+        rows = self._read(f"SELECT seq FROM items WHERE scope = ?{where} ORDER BY seq", (scope, *params))
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def layout(self, scope: str, after_seq: int = -1) -> Layout:
+        return [(int(a), str(b), int(c)) for a, b, c in self._read(
+            "SELECT seq, session, tokens FROM items WHERE scope = ? AND seq > ? ORDER BY seq",
+            (scope, after_seq))]
+
+    def pieces(self, scope: str, seqs: Sequence[int]) -> dict[int, list[tuple[int, int, int]]]:
+        """Pieces (idx, start, end) of the given items."""
+        out: dict[int, list[tuple[int, int, int]]] = {}
+        for part in _chunks(sorted({int(s) for s in seqs})):
+            marks = ",".join("?" * len(part))
+            for seq, idx, start, end in self._read(
+                    f"SELECT seq, idx, start, end FROM pieces WHERE scope = ? AND seq IN ({marks})"
+                    " ORDER BY seq, idx", (scope, *part)):
+                out.setdefault(int(seq), []).append((int(idx), int(start), int(end)))
+        return out
+
+    def bm25(self, scope: str, terms: Sequence[str], limit: int, flt: Filter | None = None
+             ) -> list[tuple[int, int, float]]:
+        """(seq, piece idx, score) of the best pieces for ``terms``, best first.
+
+        Scores are FTS5's Okapi BM25 (k1 = 1.2, b = 0.75) negated so larger is better.
+        """
+        if not terms or limit <= 0:
+            return []
+        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        sql = ("SELECT p.seq, p.idx, -bm25(pieces_fts) AS s FROM pieces_fts "
+               "JOIN pieces p ON p.rowid = pieces_fts.rowid ")
+        params: list[Any] = []
+        where, fparams = _filter_sql(flt, "i", seq_alias="p")
+        if flt is not None and _needs_items(flt):
+            sql += "JOIN items i ON i.scope = p.scope AND i.seq = p.seq "
+        sql += f"WHERE pieces_fts MATCH ? AND p.scope = ?{where} ORDER BY s DESC LIMIT ?"
+        params = [match, scope, *fparams, limit]
+        return [(int(a), int(b), float(c)) for a, b, c in self._read(sql, params)]
+
+    def embeddings(self, scope: str, encoder: str, after_seq: int = -1) -> tuple[np.ndarray, np.ndarray]:
+        """(seqs, matrix) of stored vectors of ``encoder`` for items after ``after_seq``."""
+        rows = self._read("SELECT seq, vec FROM embeddings WHERE scope = ? AND model = ? AND seq > ?"
+                          " ORDER BY seq", (scope, encoder, after_seq))
+        if not rows:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+        seqs = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        # A writable, owned copy: BLAS is several times slower on the read-only buffer view.
+        mat = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1).copy()
+        return seqs, mat
+
+    def missing_embeddings(self, scope: str, encoder: str) -> list[int]:
+        return [int(r[0]) for r in self._read(
+            "SELECT i.seq FROM items i LEFT JOIN embeddings e ON e.scope = i.scope AND e.seq = i.seq"
+            " AND e.model = ? WHERE i.scope = ? AND e.seq IS NULL ORDER BY i.seq", (encoder, scope))]
+
+    def records(self, scope: str, after_unit: int = -1) -> list[tuple[int, int, int, str, str]]:
+        """(unit, first_seq, last_seq, text, writer) of records after ``after_unit``, in unit order."""
+        return [(int(a), int(b), int(c), str(d), str(e)) for a, b, c, d, e in self._read(
+            "SELECT unit, first_seq, last_seq, text, writer FROM records WHERE scope = ? AND unit > ?"
+            " ORDER BY unit", (scope, after_unit))]
+
+    def links(self, scope: str, after_src: int = -1) -> list[tuple[int, int, str, float]]:
+        """(src, dst, kind, weight) of links written by units after ``after_src``."""
+        return [(int(a), int(b), str(c), float(d)) for a, b, c, d in self._read(
+            "SELECT src, dst, kind, weight FROM links WHERE scope = ? AND src > ? ORDER BY src, dst, kind",
+            (scope, after_src))]
+
+    def stats(self, scope: str | None = None) -> StoreStats:
+        where, params = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())
+        n, ntok, nsc, nses = self._read(
+            f"SELECT COUNT(*), COALESCE(SUM(tokens), 0), COUNT(DISTINCT scope),"
+            f" COUNT(DISTINCT scope || char(0) || session) FROM items {where}", params)[0]
+        (nemb,) = self._read(f"SELECT COUNT(*) FROM (SELECT DISTINCT scope, seq FROM embeddings {where})",
+                             params)[0]
+        config = self.load_config() or {}
+        return StoreStats(items=int(n), scopes=int(nsc), sessions=int(nses), embedded=int(nemb),
+                          tokens=int(ntok), schema_version=self.schema_version, path=self.path,
+                          encoder=str(config.get("encoder", "")))
+
+
+def _chunks(values: Sequence[T], size: int = 500) -> Iterator[Sequence[T]]:
+    """Slices small enough for SQLite's limit on bound parameters."""
+    for i in range(0, len(values), size):
+        yield values[i:i + size]
+
+
+def _delete_seqs(c: sqlite3.Connection, table: str, scope: str, seqs: Sequence[int]) -> int:
+    """Delete the rows of ``table`` for these items of ``scope``; how many went."""
+    n = 0
+    for part in _chunks(seqs):
+        marks = ",".join("?" * len(part))
+        n += c.execute(f"DELETE FROM {table} WHERE scope = ? AND seq IN ({marks})", (scope, *part)).rowcount
+    return n
+
+
+def _needs_items(flt: Filter) -> bool:
+    return any(getattr(flt, f) is not None for f in
+               ("session", "speaker", "kind", "role", "agent", "since", "until", "meta"))
+
+
+def _filter_sql(flt: Filter | None, alias: str, seq_alias: str | None = None) -> tuple[str, list[Any]]:
+    """`` AND ...`` conditions (and their parameters) that apply ``flt`` to items as ``alias``."""
+    if flt is None:
+        return "", []
+    validate_filter(flt)
+    conds: list[str] = []
+    params: list[Any] = []
+    for name in ("session", "speaker", "kind", "role", "agent"):
+        value = getattr(flt, name)
+        if value is not None:
+            conds.append(f"{alias}.{name} = ?")
+            params.append(value)
+    if flt.since is not None:
+        conds.append(f"{alias}.observed_ts >= ?")
+        params.append(float(flt.since))
+    if flt.until is not None:
+        conds.append(f"{alias}.observed_ts < ?")
+        params.append(float(flt.until))
+    for key, value in (flt.meta or {}).items():
+        path = '$."' + key.replace('"', '\\"') + '"'
+        if value is None:
+            conds.append(f"json_type({alias}.meta, ?) = 'null'")
+            params.append(path)
+        elif isinstance(value, (dict, list)):
+            conds.append(f"json_extract({alias}.meta, ?) = json(?)")
+            params += [path, json.dumps(value, sort_keys=True)]
+        else:
+            conds.append(f"json_extract({alias}.meta, ?) = ?")
+            params += [path, value]
+    if flt.before_seq is not None:
+        conds.append(f"{seq_alias or alias}.seq < ?")
+        params.append(int(flt.before_seq))
+    return "".join(f" AND {c}" for c in conds), params
+
+
+def _row_to_item(r: Sequence[Any]) -> Item:
+    return Item(id=r[0], scope=r[1], seq=int(r[2]), session=r[3], speaker=r[4], role=r[5],
+                kind=r[6], observed_at=r[7], text=r[8], meta=json.loads(r[9]), tokens=int(r[10]),
+                observed_ts=None if r[11] is None else float(r[11]), agent=r[12])

@@ -1,0 +1,237 @@
+"""The Memory API as a user meets it: chat messages, identities, listing, configs per call,
+one retrieval per question, async twins, and threads that end when the memory is closed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime
+
+import pytest
+from conftest import history_items
+
+from suffice import (
+    AsyncMemory,
+    BudgetError,
+    ConfigError,
+    EngineConfig,
+    InvalidItemError,
+    InvalidQueryError,
+    Memory,
+    NewItem,
+    NotFoundError,
+    RenderConfig,
+    RetrievalConfig,
+    ScriptedLLM,
+    UnknownScopeError,
+)
+
+CHAT = [
+    {"role": "system", "content": "You are a travel assistant."},
+    {"role": "user", "content": "I'm planning a trip to Kyoto in October.", "name": "ana"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "weather", "arguments": "{\"city\": \"Kyoto\", \"month\": 10}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "October in Kyoto: 18C, dry."},
+    {"role": "assistant", "content": [{"type": "text", "text": "October is mild and dry."},
+                                      {"type": "image_url", "image_url": {"url": "https://x/map.png"}}]},
+]
+
+
+def test_chat_messages_become_items_of_their_own_kind(memory: Memory):
+    stored = memory.add(CHAT, user_id="ana", run_id="trip-1", observed_at="2025-05-01")
+    assert [(it.kind, it.role, it.speaker) for it in stored] == [
+        ("message", "system", "system"), ("message", "user", "ana"), ("tool_call", "assistant", "assistant"),
+        ("tool_result", "tool", "tool"), ("message", "assistant", "assistant")]
+    call, result, last = stored[2], stored[3], stored[4]
+    assert call.text == 'weather({"city": "Kyoto", "month": 10})'  # the arguments verbatim
+    assert call.meta == {"tool": "weather", "tool_call_id": "call_1"}
+    assert result.meta["tool_call_id"] == "call_1" and result.text == "October in Kyoto: 18C, dry."
+    assert last.text == "October is mild and dry.\n[image_url]"
+    assert last.meta["parts"] == [{"type": "image_url", "image_url": {"url": "https://x/map.png"}}]
+    assert all(it.scope == "user:ana" and it.session == "trip-1" for it in stored)
+    assert stored[0].observed_ts == datetime(2025, 5, 1, tzinfo=UTC).timestamp()  # parsed once, as UTC
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ({"role": "robot", "content": "hi"}, "role must be one of"),
+    ({"role": "user", "content": 5}, "content must be"),
+    ({"role": "assistant", "content": None}, "neither content nor tool calls"),
+    ({"role": "assistant", "content": None, "tool_calls": [{"function": {}}]}, "no function name"),
+    ({"role": "tool", "content": ""}, "tool result needs content"),
+])
+def test_a_malformed_message_names_what_is_wrong_and_writes_nothing(memory: Memory, bad, message):
+    before = memory.stats("dana").items
+    with pytest.raises(InvalidItemError, match=message):
+        memory.add([{"role": "user", "content": "fine"}, bad], scope="dana")
+    assert memory.stats("dana").items == before
+
+
+def test_ids_map_onto_hard_scopes_and_narrow_within_them(memory: Memory):
+    memory.add("Ana likes green tea.", user_id="ana", run_id="r1")
+    memory.add("Ana switched to coffee.", user_id="ana", run_id="r2", agent_id="barista")
+    memory.add("Bo likes green tea too.", user_id="bo")
+    # All runs of a user are one query; a run or an agent narrows it.
+    assert [i.text for i in memory.items(user_id="ana")] == ["Ana likes green tea.",
+                                                             "Ana switched to coffee."]
+    assert [i.text for i in memory.items(user_id="ana", run_id="r2")] == ["Ana switched to coffee."]
+    assert [i.text for i in memory.items(user_id="ana", agent_id="barista")] == ["Ana switched to coffee."]
+    hits = memory.search("green tea", user_id="ana", k=5)
+    assert {h.item.scope for h in hits} == {"user:ana"}
+    with pytest.raises(UnknownScopeError):  # alone, agent_id names a scope of its own: empty here
+        memory.search("coffee", agent_id="barista")
+    with pytest.raises(InvalidQueryError, match="not both"):
+        memory.search("tea", scope="dana", user_id="ana")
+
+
+def test_get_and_items_filter_and_page(memory: Memory):
+    every = memory.items(scope="dana")
+    assert [i.seq for i in every] == list(range(len(every)))
+    assert memory.get(every[3].id, scope="dana") == every[3]
+    with pytest.raises(NotFoundError):
+        memory.get(every[3].id, scope="someone-else")
+    page = memory.items(scope="dana", offset=5, limit=4)
+    assert page == every[5:9]
+    assert memory.items(scope="dana", newest_first=True, limit=2) == every[::-1][:2]
+    dana = memory.items(scope="dana", speaker="Dana", since="2025-06-01", until="2025-10-01")
+    assert dana and all(i.speaker == "Dana" and "2025-06-01" <= i.observed_at < "2025-10-01" for i in dana)
+    assert memory.items(scope="nobody") == []
+    with pytest.raises(InvalidQueryError, match="limit"):
+        memory.items(scope="dana", limit=-1)
+    with pytest.raises(InvalidQueryError, match="since"):
+        memory.items(scope="dana", since="sometime soon")
+
+
+class Counting:
+    """Counts BM25 queries and query embeddings reaching the store and the model."""
+
+    def __init__(self, memory: Memory):
+        self.bm25 = self.embeds = 0
+        store, embedder = memory.store, memory.embedder
+        bm25, embed = store.bm25, embedder.embed
+
+        def count_bm25(*a, **kw):
+            self.bm25 += 1
+            return bm25(*a, **kw)
+
+        def count_embed(texts):
+            self.embeds += len(texts)
+            return embed(texts)
+        store.bm25 = count_bm25  # type: ignore[method-assign]
+        embedder.embed = count_embed  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("context", ["render", "prefix"])
+def test_a_fast_ask_runs_one_bm25_query_and_one_query_embedding(tmp_path, embedder, context):
+    from suffice import MiniLMEmbedder
+    fresh = MiniLMEmbedder(query_cache=0)  # no cached query vectors: every embedding is counted
+    mem = Memory(tmp_path / "m.db", embedder=fresh)
+    mem.add(history_items(), scope="dana")
+    seen = Counting(mem)
+    ans = mem.ask("What is the name of Dana's cat?", scope="dana", engine=EngineConfig(context=context),
+                  llm=ScriptedLLM(lambda m: "<answer>Figo</answer>"))
+    assert ans.text == "Figo" and ans.receipt.context_tokens > 0
+    assert (seen.bm25, seen.embeds) == (1, 1)
+    mem.close()
+
+
+def test_a_deep_ask_also_retrieves_once(tmp_path, embedder):
+    from suffice import MiniLMEmbedder
+    mem = Memory(tmp_path / "m.db", embedder=MiniLMEmbedder(query_cache=0))
+    mem.add(history_items(), scope="dana")
+    seen = Counting(mem)
+    mem.ask("When is the Kyoto trip?", scope="dana", mode="deep",
+            llm=ScriptedLLM(lambda m: "<answer>November</answer>"))
+    assert (seen.bm25, seen.embeds) == (1, 1)
+    mem.close()
+
+
+def test_a_config_passed_to_a_call_applies_whole_and_only_to_that_call(memory: Memory):
+    assert len(memory.search("Kyoto", scope="dana").hits) == 10
+    assert len(memory.search("Kyoto", scope="dana", retrieval=RetrievalConfig(k=3)).hits) == 3
+    assert len(memory.search("Kyoto", scope="dana").hits) == 10
+    timeline = memory.render("Kyoto", 400, scope="dana", render=RenderConfig(mode="timeline"))
+    assert {p.kind for p in timeline.parts} == {"record"}
+    # The engine config reaches the reader's budget, the render config the reader's context.
+    llm = ScriptedLLM(lambda m: "<answer>ok</answer>")
+    r = memory.ask("Kyoto", scope="dana", llm=llm, engine=EngineConfig(reader_budget=300),
+                   render=RenderConfig(mode="timeline")).receipt
+    assert r.context_tokens <= 285 and {p.kind for p in r.parts} == {"record"}
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    (lambda m: m.ask("q", scope="dana", tau=2.0, llm=ScriptedLLM("x")), ConfigError),
+    (lambda m: m.ask("q", scope="dana", budget=-5, llm=ScriptedLLM("x")), ConfigError),
+    (lambda m: m.search("q", scope="dana", k="3"), InvalidQueryError),
+    (lambda m: m.search("q", scope="dana", k=1.5), InvalidQueryError),
+    (lambda m: m.search("q", scope="dana", retrieval={"k": 3}), ConfigError),
+    (lambda m: m.search("", scope="dana"), InvalidQueryError),
+    (lambda m: m.ask("  ", scope="dana", llm=ScriptedLLM("x")), InvalidQueryError),
+    (lambda m: m.render("q", -1, scope="dana"), BudgetError),
+    (lambda m: m.search("q", scope="ghost"), UnknownScopeError),
+    (lambda m: RetrievalConfig(k=-1), ConfigError),
+    (lambda m: EngineConfig(anchor_blocks=5, max_blocks=4), ConfigError),
+    (lambda m: m.add(5, scope="dana"), InvalidItemError),
+    (lambda m: m.add([None], scope="dana"), InvalidItemError),
+    (lambda m: m.add("x", scope="dana", batch_size=0), InvalidItemError),
+])
+def test_bad_arguments_are_refused_at_the_boundary_with_a_suffice_error(memory: Memory, call, error):
+    with pytest.raises(error):
+        call(memory)
+
+
+def test_async_memory_gives_the_same_results(tmp_path, embedder):
+    async def main():
+        async with AsyncMemory(tmp_path / "a.db", embedder=embedder) as mem:
+            stored = await mem.add(history_items(), scope="dana")
+            ev = await mem.search("cat name", scope="dana", k=3)
+            ctx = await mem.render("cat name", 300, scope="dana")
+            ans = await mem.ask("cat name?", scope="dana", llm=ScriptedLLM(lambda m: "<answer>Figo</answer>"))
+            listed = await mem.items(scope="dana", limit=3)
+            report = await mem.forget(scope="dana", ids=[stored[0].id])
+            sync = mem.memory
+            return ev, ctx, ans, listed, report, sync.search("cat name", scope="dana", k=3)
+
+    ev, ctx, ans, listed, report, again = asyncio.run(main())
+    assert [h.item.text for h in ev.hits] and ctx.tokens <= ctx.cap and ans.text == "Figo"
+    assert len(listed) == 3 and report.items == 1
+    assert len(again.hits) == 3
+
+
+def test_closing_the_memory_ends_its_threads(tmp_path, embedder):
+    before = {t.ident for t in threading.enumerate()}
+    mem = Memory(tmp_path / "m.db", embedder=embedder)
+    mem.add(history_items(), scope="dana")
+    mem.search("Kyoto", scope="dana")
+    ours = [t for t in threading.enumerate() if t.ident not in before and t.name.startswith("suffice")]
+    assert ours  # BM25 ran on the memory's worker thread
+    mem.close()
+    assert not any(t.is_alive() for t in ours)
+
+
+def test_many_threads_share_one_memory_safely(memory: Memory):
+    errors: list[BaseException] = []
+
+    def reader(i: int) -> None:
+        try:
+            for _ in range(5):
+                memory.search(f"Kyoto trip {i}", scope="dana", k=5)
+                memory.render(f"cat {i}", 300, scope="dana")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def writer() -> None:
+        try:
+            for i in range(10):
+                memory.add(NewItem(f"note {i} about the river gauge", session="s9"), scope="dana")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = ([threading.Thread(target=reader, args=(i,)) for i in range(4)]
+               + [threading.Thread(target=writer)])
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(memory.items(scope="dana", session="s9")) == 10

@@ -1,0 +1,134 @@
+"""forget leaves no trace: not in any table, index or cache, and not in the bytes of the files."""
+
+from __future__ import annotations
+
+import sqlite3
+import string
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from suffice import InvalidQueryError, Memory, NewItem, StoreConfig
+
+WORDS = ("river gauge flood model rainfall forecast station Porto Douro weekend trip conference "
+         "kayak tea coffee shelter cat dinner sister wedding October budget").split()
+
+marker = st.text(string.ascii_lowercase, min_size=10, max_size=10).map(lambda s: "zq" + s)
+
+
+@st.composite
+def histories(draw):
+    """Items in three sessions, each with a unique marker word in its text and its id; one item
+    is long enough to be cut into pieces and to spill over a database page."""
+    n = draw(st.integers(4, 24))
+    marks = draw(st.lists(marker, min_size=n, max_size=n, unique=True))
+    items = []
+    for i, m in enumerate(marks):
+        words = draw(st.lists(st.sampled_from(WORDS), min_size=3, max_size=12))
+        text = " ".join(words[: len(words) // 2] + [m] + words[len(words) // 2:]) + "."
+        if i == 0:
+            text = " ".join(f"{w} {m}." for w in WORDS * 12)  # ~700 tokens, > 4 KB
+        items.append(NewItem(text=text, id=f"id{m}", session=f"s{draw(st.integers(0, 2))}",
+                             speaker="Dana", observed_at=f"2025-0{1 + i % 9}-1{i % 10}"))
+    how = draw(st.sampled_from(["ids", "session", "scope"]))
+    return items, how, draw(st.randoms(use_true_random=False))
+
+
+def _table_text(path: Path) -> str:
+    """Every value of every table (FTS shadow tables and the term vocabulary included)."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, pieces_fts, 'row')")
+    names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    out = [repr(con.execute(f'SELECT * FROM "{name}"').fetchall()) for name in names]
+    out.append(repr(con.execute("SELECT term FROM temp.vocab").fetchall()))
+    con.close()
+    return "\n".join(out)
+
+
+def _file_bytes(path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(histories())
+def test_forget_leaves_no_trace(tmp_path_factory, embedder, case):
+    items, how, rnd = case
+    path = tmp_path_factory.mktemp("forget") / "m.db"
+    mem = Memory(path, embedder=embedder, store_config=StoreConfig(unit_tokens=120))
+    mem.add(items, scope="ana")
+    kept_elsewhere = [NewItem(text=f"Bo keeps zqkeep{i:08d} forever", id=f"idzqkeep{i:08d}")
+                      for i in range(3)]
+    mem.add(kept_elsewhere, scope="bo")
+    mem.search(items[0].text.split()[1], scope="ana")  # fill the in-memory caches
+    mem.render("river gauge", 600, scope="ana")
+
+    if how == "ids":
+        gone = rnd.sample(items, rnd.randint(1, len(items)))
+        report = mem.forget("ana", ids=[it.id for it in gone])
+    elif how == "session":
+        session = items[rnd.randrange(len(items))].session
+        gone = [it for it in items if it.session == session]
+        report = mem.forget("ana", session=session)
+    else:
+        gone = items
+        report = mem.forget("ana")
+    kept = [it for it in items if it not in gone]
+    marks = [it.id[2:] for it in gone]
+    assert report.items == len(gone) and report.checkpointed
+
+    # The API: nothing forgotten is listed, fetched or found; what was kept still is.
+    assert [it.id for it in mem.items(scope="ana")] == [it.id for it in kept]
+    if kept:
+        for m in marks:
+            ev = mem.search(m, scope="ana", k=50)
+            assert not any(m in h.item.text for h in ev.hits)
+        ctx = mem.render(" ".join(marks[:3]), 4000, scope="ana")
+        assert not any(m in ctx.text for m in marks)
+        kept_mark = kept[0].id[2:]
+        assert any(kept_mark in h.item.text for h in mem.search(kept_mark, scope="ana", k=5).hits)
+    mem.close()
+
+    # The tables and indexes, read directly.
+    tables = _table_text(path)
+    for m in marks:
+        assert m not in tables and f"id{m}" not in tables
+    assert "zqkeep00000001" in tables  # the search can find a marker that is there
+
+    # The raw bytes of the database, its write-ahead log and its shared-memory index.
+    raw = _file_bytes(path)
+    for m in marks:
+        assert m.encode() not in raw, f"{m} is still in the store's files"
+    assert b"zqkeep00000002" in raw
+    assert [e.counts["items"] for e in Memory(path, embedder=None).audit()] == [len(gone)]
+
+
+def test_forget_takes_what_to_forget_and_nothing_else(memory):
+    with pytest.raises(InvalidQueryError, match="not both"):
+        memory.forget("dana", ids=["x"], session="s1")
+    with pytest.raises(InvalidQueryError, match="agent_id"):
+        memory.forget(user_id="ana", agent_id="bot")
+    assert memory.forget("dana", ids=["no-such-id"]).items == 0
+    memory.add("Ana's run", user_id="ana", run_id="r1")
+    memory.add("Ana's other run", user_id="ana", run_id="r2")
+    assert memory.forget(user_id="ana", run_id="r1").items == 1
+    assert [i.text for i in memory.items(user_id="ana")] == ["Ana's other run"]
+
+
+def test_the_views_after_a_forget_match_a_store_that_never_held_the_items(tmp_path, embedder):
+    from conftest import history_items
+    items = history_items()
+    drop = {items[4].id, items[17].id}
+    a = Memory(tmp_path / "a.db", embedder=embedder, store_config=StoreConfig(unit_tokens=200))
+    a.add(items, scope="dana")
+    a.search("warm the caches", scope="dana")
+    a.forget("dana", ids=sorted(drop))
+    b = Memory(tmp_path / "b.db", embedder=embedder, store_config=StoreConfig(unit_tokens=200))
+    b.add([it for it in items if it.id not in drop], scope="dana")
+    assert a.store.records("dana") == b.store.records("dana")
+    assert a.retriever.index("dana").views.units == b.retriever.index("dana").views.units
+    q = "When is the Kyoto trip?"
+    assert ([h.item.id for h in a.search(q, scope="dana").hits]
+            == [h.item.id for h in b.search(q, scope="dana").hits])
+    assert a.render(q, 800, scope="dana").text == b.render(q, 800, scope="dana").text

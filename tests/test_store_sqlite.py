@@ -1,0 +1,130 @@
+"""The SQLite store passes the store contract; and what only SQLite does: its immutability
+trigger, several processes writing at once, schema migrations, refusing what is not a store."""
+
+import multiprocessing as mp
+import sqlite3
+
+import pytest
+from store_contract import StoreContract, row
+
+from suffice import StoreError
+from suffice._store import SCHEMA_VERSION, SQLiteStore
+
+
+class TestSQLiteStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path):
+        st = SQLiteStore(tmp_path / "s.db")
+        yield st
+        st.close()
+
+
+def test_the_database_refuses_to_change_an_items_content(tmp_path):
+    st = SQLiteStore(tmp_path / "s.db")
+    st.append("a", [row("original")])
+    for column, value in (("text", "'changed'"), ("meta", "'{}'"), ("id", "'other'"), ("scope", "'b'")):
+        with pytest.raises(sqlite3.IntegrityError, match="immutable"):
+            st._conn.execute(f"UPDATE items SET {column} = {value}")
+    assert st.items("a")[0].text == "original"
+
+
+def _writer(path: str, tag: str, n: int, batch: int, barrier) -> None:
+    st = SQLiteStore(path)
+    barrier.wait(timeout=60)  # start together so the writes really overlap
+    for k, start in enumerate(range(0, n, batch)):
+        st.append("shared", [row(f"{tag} item {i}", id=f"{tag}-{i}")
+                             for i in range(start, min(n, start + batch))])
+        if k < 2:  # lockstep for two batches: the writers interleave even on a busy machine
+            barrier.wait(timeout=60)
+    st.close()
+
+
+def test_two_processes_writing_at_once_lose_and_double_nothing(tmp_path):
+    path = str(tmp_path / "s.db")
+    SQLiteStore(path).close()
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_writer, args=(path, tag, 5000, 50, barrier)) for tag in ("p", "q")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    st = SQLiteStore(path)
+    items = st.items("shared")
+    assert len(items) == 10_000
+    assert len({i.id for i in items}) == 10_000
+    assert [i.seq for i in items] == list(range(10_000))
+    # The writers interleaved (p..q..p at least) rather than one running after the other.
+    tags = [i.id[0] for i in items]
+    assert sum(1 for x, y in zip(tags, tags[1:], strict=False) if x != y) >= 2
+
+
+def test_schema_version_is_recorded_and_persists(tmp_path):
+    path = tmp_path / "s.db"
+    SQLiteStore(path).append("a", [row("kept")])
+    st = SQLiteStore(path)
+    assert st.schema_version == SCHEMA_VERSION == 3
+    assert st.items("a")[0].text == "kept"
+
+
+def _old_store(path, version: int, unique: str) -> None:
+    con = sqlite3.connect(path)
+    con.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        f"CREATE TABLE items (rowid INTEGER PRIMARY KEY, id TEXT NOT NULL {unique}, scope TEXT NOT NULL,"
+        " seq INTEGER NOT NULL, session TEXT NOT NULL, speaker TEXT NOT NULL, role TEXT NOT NULL,"
+        " kind TEXT NOT NULL, observed_at TEXT NOT NULL, text TEXT NOT NULL, meta TEXT NOT NULL,"
+        " tokens INTEGER NOT NULL, created_at REAL NOT NULL, UNIQUE (scope, seq)"
+        + (", UNIQUE (scope, id)" if version == 2 else "") + ");"
+        f"INSERT INTO meta VALUES ('schema_version', '{version}');"
+        "CREATE TRIGGER items_immutable BEFORE UPDATE ON items BEGIN SELECT RAISE(ABORT, 'no'); END;"
+        "INSERT INTO items VALUES (1, 'k1', 'a', 0, '', '', '', 'message', '1:56 pm on 8 May, 2023',"
+        " 'kept', '{}', 1, 0);")
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize(("version", "unique"), [(1, "UNIQUE"), (2, "")])
+def test_an_old_store_is_migrated_in_place_and_its_times_parsed(tmp_path, version, unique):
+    path = tmp_path / "old.db"
+    _old_store(path, version, unique)
+    st = SQLiteStore(path)
+    assert st.schema_version == SCHEMA_VERSION
+    [it] = st.items("a")
+    assert it.text == "kept" and it.agent == ""
+    assert it.observed_ts == pytest.approx(1683554160.0)  # 2023-05-08 13:56 UTC
+    st.append("b", [row("same id, other scope", id="k1")])
+    with pytest.raises(sqlite3.IntegrityError, match="immutable"):
+        st._conn.execute("UPDATE items SET text = 'changed'")
+    st.close()
+    assert SQLiteStore(path).schema_version == SCHEMA_VERSION  # opening again changes nothing
+
+
+def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("just some notes, not a database\n" * 100)
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="cannot open store"):
+        SQLiteStore(path)
+    assert path.read_bytes() == before
+
+
+def test_reading_a_missing_store_creates_nothing(tmp_path):
+    path = tmp_path / "typo" / "store.db"
+    with pytest.raises(StoreError, match="no store at"):
+        SQLiteStore(path, create=False)
+    assert not path.parent.exists()
+    with pytest.raises(StoreError, match="directory"):
+        SQLiteStore(tmp_path)
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "new.db"
+    SQLiteStore(path).close()
+    con = sqlite3.connect(path)
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="newer than this suffice"):
+        SQLiteStore(path)
