@@ -9,6 +9,7 @@ Text that names no year ("yesterday", "session 3") gets no timestamp rather than
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from datetime import UTC, date, datetime, time
 from typing import TypeAlias
 
@@ -22,8 +23,11 @@ TimeLike: TypeAlias = datetime | date | str | int | float
 _DEFAULTS = (datetime(2001, 1, 1), datetime(2002, 2, 2))
 
 
+@lru_cache(maxsize=4096)
 def parse_time(text: str) -> float | None:
-    """UTC POSIX seconds of the time ``text`` states, or None when it states no year."""
+    """UTC POSIX seconds of the time ``text`` states, or None when it states no year.
+
+    Cached: a conversation repeats its session's timestamp on every turn."""
     text = text.strip()
     if not text:
         return None
