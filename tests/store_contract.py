@@ -273,3 +273,34 @@ class StoreContract:
         assert it.seq == 1
         [again] = store.append("a", [row("two", id="2")])  # a forgotten id may be written anew
         assert again.seq == 2
+
+    def test_meta_filters_compare_json_values_by_type(self, store: Store):
+        store.append("a", [
+            row("list", meta={"tags": ["café"], "o": {"x": "é", "n": 1}}),
+            row("string", meta={"tags": "[\"café\"]", "flag": 1}),
+            row("bool", meta={"flag": True, 'k"q': 2}),
+        ])
+        texts = lambda flt: [i.text for i in store.find("a", flt)]  # noqa: E731
+        assert texts(Filter(meta={"tags": ["café"]})) == ["list"]  # not the string that looks like it
+        assert texts(Filter(meta={"o": {"n": 1, "x": "é"}})) == ["list"]  # key order does not matter
+        assert texts(Filter(meta={"flag": True})) == ["bool"]  # true is not 1
+        assert texts(Filter(meta={"flag": 1})) == ["string"]
+        assert texts(Filter(meta={"flag": 1.0})) == ["string"]  # numbers compare by value
+        assert texts(Filter(meta={'k"q': 2})) == ["bool"]  # any key, quotes included
+        for flt in (Filter(meta={"tags": ["café"]}), Filter(meta={"flag": True}), Filter(meta={"flag": 1})):
+            assert [i.text for i in store.find("a") if flt.matches(i)] == texts(flt)
+        with pytest.raises(InvalidQueryError, match="64-bit"):
+            store.find("a", Filter(meta={"n": 2**70}))
+
+    def test_forget_rederives_the_unit_an_item_ended(self, store: Store):
+        # Unit 0 = [a1] closed only because b1 began another session; with b1 gone, a2 joins it.
+        store.append("a", [row("a1", session="a"), row("b1", session="b", id="b1"), row("a2", session="a")])
+        store.put_record("a", 0, 0, 0, "a1 only", "rule")
+        store.put_record("a", 1, 1, 1, "b1 only", "rule")
+        report = store.forget("a", ids=["b1"])
+        assert report.records == 2 and store.records("a") == []
+
+    def test_forgetting_the_same_id_twice_counts_it_once(self, store: Store):
+        store.append("a", [row("x", id="k"), row("y")])
+        report = store.forget("a", ids=["k"] + [f"other{i}" for i in range(600)] + ["k"])
+        assert report.items == 1 and len(store.audit()[0].ids_sha256) == 1

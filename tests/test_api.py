@@ -23,6 +23,7 @@ from suffice import (
     RenderConfig,
     RetrievalConfig,
     ScriptedLLM,
+    StoreConfig,
     UnknownScopeError,
 )
 
@@ -235,3 +236,86 @@ def test_many_threads_share_one_memory_safely(memory: Memory):
         t.join()
     assert errors == []
     assert len(memory.items(scope="dana", session="s9")) == 10
+
+
+def test_a_message_may_carry_its_own_item_fields_and_every_text_part_is_searchable(memory: Memory):
+    [a, b] = memory.add([
+        {"role": "user", "content": [{"type": "input_text", "text": "I bought a red kayak."}],
+         "observed_at": "2025-07-04", "session": "s-own", "meta": {"mood": "happy"}},
+        {"role": "assistant", "content": None, "refusal": "I cannot book the kayak trip."},
+    ], scope="dana", observed_at="2025-01-01")
+    assert (a.observed_at, a.session, a.meta) == ("2025-07-04", "s-own", {"mood": "happy"})
+    assert a.observed_ts == datetime(2025, 7, 4, tzinfo=UTC).timestamp()
+    assert b.text == "I cannot book the kayak trip." and b.observed_at == "2025-01-01"
+    assert {h.item.id for h in memory.search("kayak", scope="dana", k=3, method="bm25")} == {a.id, b.id}
+
+
+def test_a_filter_narrows_dense_search_on_a_large_scope_too(memory: Memory):
+    narrow = RetrievalConfig(dense_scan_items=5)  # the 30 items count as "many"
+    session = memory.items(scope="dana")[-1].session
+    ev = memory.search("grey cat shelter", scope="dana", k=5, method="dense", session=session,
+                       retrieval=narrow)
+    mine = [i for i in memory.items(scope="dana") if i.session == session]
+    assert len(ev.hits) == min(5, len(mine)) and all(h.item.session == session for h in ev.hits)
+
+
+def test_a_filtered_render_shows_no_words_of_the_items_it_leaves_out(tmp_path, embedder):
+    mem = Memory(tmp_path / "m.db", embedder=embedder)
+    mem.add([NewItem("The launch code for project zebra is 7741.", speaker="Ops"),
+             NewItem("Book a table for two in Kyoto.", speaker="Ann"),
+             NewItem("Kyoto trip planning continues.", speaker="Ann")], user_id="u", agent_id="travel")
+    mem.add("Remember the zebra launch code 7741.", user_id="u", agent_id="ops")
+    ctx = mem.render("Kyoto zebra code", 2000, user_id="u", agent_id="travel")
+    assert "Kyoto" in ctx.text and "7741" in ctx.text  # the travel agent's own items
+    ctx = mem.render("Kyoto zebra code", 2000, user_id="u", speaker="Ann")
+    assert "Kyoto" in ctx.text and "zebra" not in ctx.text and "7741" not in ctx.text
+    mem.close()
+
+
+def test_forget_drops_every_in_process_copy_at_once(memory: Memory):
+    secret = memory.add("my secret word is zqhunter2", scope="dana")[0]
+    memory.render("secret word", 500, scope="dana")
+    memory.search("secret word", scope="dana")
+    memory.forget("dana", ids=[secret.id])
+    assert all(q.text != secret.text for c in memory.renderer._caches.values() for q in c.items.values())
+    assert not any("zqhunter2" in (t or "") for st in memory.records._scopes.values() for t in st.texts)
+
+
+def test_a_store_from_before_saved_configs_rebuilds_records_of_another_unit_size(tmp_path, embedder):
+    import sqlite3
+    path = tmp_path / "legacy.db"
+    with Memory(path, embedder=embedder, store_config=StoreConfig(unit_tokens=30)) as old:
+        old.add([NewItem(f"turn {i} about the river gauge", session="s") for i in range(12)], scope="x")
+        assert old.store.records("x")[0][2] < 11
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM meta WHERE key = 'store_config'")  # as stores written before 0.2 were
+    con.commit()
+    con.close()
+    with Memory(path, embedder=embedder) as mem:
+        assert mem.store_config.unit_tokens == 2000
+        units = mem.retriever.index("x").views.units
+        assert [(r[1], r[2]) for r in mem.store.records("x")] == [
+            (u.first_seq, u.last_seq) for u in units if u.closed]
+
+
+def test_a_forget_between_ranking_and_reading_is_a_clear_error_not_wrong_items(memory: Memory):
+    from suffice import StoreError
+    ranking = memory.retriever.rank("dana", "Kyoto trip", memory.retrieval)
+    first = memory.items(scope="dana")[0]
+    memory.store.forget("dana", ids=[first.id])  # as another process would
+    with pytest.raises(StoreError, match="run the query again"):
+        memory.retriever.evidence(ranking)
+    assert memory.search("Kyoto trip", scope="dana").hits  # a new query just works
+
+
+def test_agent_mode_ranks_only_what_lies_before_the_recent_window(memory: Memory):
+    seen = []
+    rank = memory.retriever.rank
+
+    def spy(*a, **kw):
+        seen.append(kw.get("flt"))
+        return rank(*a, **kw)
+    memory.retriever.rank = spy  # type: ignore[method-assign]
+    ctx = memory.render("What should Dana do next?", 800, scope="dana", agent=True)
+    recent = min(q for p in ctx.parts if p.kind == "recent" for q in p.seqs)
+    assert seen and seen[0].before_seq == recent

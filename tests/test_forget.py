@@ -7,6 +7,7 @@ import string
 from pathlib import Path
 
 import pytest
+from conftest import HashEmbedder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -132,3 +133,26 @@ def test_the_views_after_a_forget_match_a_store_that_never_held_the_items(tmp_pa
     assert ([h.item.id for h in a.search(q, scope="dana").hits]
             == [h.item.id for h in b.search(q, scope="dana").hits])
     assert a.render(q, 800, scope="dana").text == b.render(q, 800, scope="dana").text
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 60), st.sampled_from(["a", "b", "c"])), min_size=2, max_size=25),
+       st.randoms(use_true_random=False))
+def test_after_any_forget_the_store_equals_one_that_never_held_the_items(log, rnd):
+    items = [NewItem(" ".join(f"w{(i * 7 + j) % 23}" for j in range(n)), session=s, id=f"i{i}")
+             for i, (n, s) in enumerate(log)]
+    drop = {it.id for it in rnd.sample(items, rnd.randint(1, len(items) - 1))}
+    config = StoreConfig(unit_tokens=50, links_per_unit=2)
+    a = Memory(":memory:", embedder=HashEmbedder(), store_config=config)
+    for start in range(0, len(items), 5):  # in several adds, so units close along the way
+        a.add(items[start:start + 5], scope="x")
+    a.forget("x", ids=sorted(drop))
+    b = Memory(":memory:", embedder=HashEmbedder(), store_config=config)
+    b.add([it for it in items if it.id not in drop], scope="x")
+    for part in ("records", "links"):
+        assert getattr(a.store, part)("x") == getattr(b.store, part)("x"), part
+    assert a.retriever.index("x").views.units == b.retriever.index("x").views.units
+    seqs_a, vecs_a = a.store.embeddings("x", "hash-64")
+    seqs_b, vecs_b = b.store.embeddings("x", "hash-64")
+    assert seqs_a.tolist() == seqs_b.tolist() and (vecs_a == vecs_b).all()
+    assert a.store.pieces("x", range(len(items))) == b.store.pieces("x", range(len(items)))

@@ -6,11 +6,7 @@ stores can be built in seconds; the budget guarantee does not depend on the embe
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
-
-import numpy as np
-from conftest import history_items
+from conftest import HashEmbedder, history_items
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,26 +18,6 @@ WORDS = ("river flood model rainfall Porto Lisbon cat Figo Kyoto trip sister wed
          "peanut radar team hire conference budget forecast Douro autumn leaves train Japanese "
          "— é 東京 🙂 \n\n  ,. ! ? ... <|endoftext|> 2025-03-02").split(" ")
 MODES: tuple[RenderMode, ...] = ("unit", "piece", "unit+piece", "timeline")
-
-
-class HashEmbedder:
-    """Deterministic bag-of-words vectors: enough structure for seeds and links to differ."""
-
-    name = "hash-64"
-    dim = 64
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for w in text.lower().split():
-                out[i, int(hashlib.md5(w.encode()).hexdigest()[:6], 16) % self.dim] += 1.0
-            n = np.linalg.norm(out[i])
-            out[i] = out[i] / n if n > 0 else out[i]
-        return out
-
-    def embed_query(self, text: str) -> np.ndarray:
-        vec: np.ndarray = self.embed([text])[0]
-        return vec
 
 
 text_st = st.lists(st.sampled_from(WORDS), min_size=1, max_size=120).map(" ".join).filter(

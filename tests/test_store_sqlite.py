@@ -128,3 +128,28 @@ def test_a_newer_schema_is_refused(tmp_path):
     con.close()
     with pytest.raises(StoreError, match="newer than this suffice"):
         SQLiteStore(path)
+
+
+def test_a_forget_does_not_wait_long_for_readers_to_let_go_of_the_log(tmp_path):
+    import time
+    st = SQLiteStore(tmp_path / "s.db", busy_timeout_s=30)
+    st.append("a", [row("x", id="k"), row("y")])
+    reader = sqlite3.connect(tmp_path / "s.db")
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM items").fetchone()  # holds a snapshot of the log
+    t0 = time.monotonic()
+    report = st.forget("a", ids=["k"])
+    assert time.monotonic() - t0 < 5
+    assert report.items == 1 and not report.checkpointed  # said, not hidden
+    reader.close()
+    assert st.forget("a", ids=["missing"]).items == 0
+    assert st._checkpoint()  # the next checkpoint empties it
+
+
+def test_a_migration_already_done_by_another_process_is_not_done_again(tmp_path):
+    path = tmp_path / "old.db"
+    _old_store(path, 1, "UNIQUE")
+    st = SQLiteStore(path)
+    st.append("a", [row("new", agent="bot")])
+    st._migrate_v1()  # a second opener that read version 1 before the first one migrated
+    assert [i.agent for i in st.items("a")] == ["", "bot"]

@@ -13,8 +13,10 @@ and ``run_id`` narrow within it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -105,10 +107,16 @@ def _check_id(name: str, value: object) -> None:
         raise InvalidQueryError(f"{name} must be a non-empty string without control characters")
 
 
+_NEW_ITEM_DEFAULTS = {"session": "", "speaker": "", "role": "", "kind": "message", "observed_at": "",
+                      "meta": {}, "agent": ""}
+
+
 def _coerce(item: ItemLike, defaults: dict[str, Any], index: int) -> list[NewItem]:
     """The items one entry of ``add`` stands for (a chat message may stand for several)."""
     if isinstance(item, NewItem):
-        return [item]
+        # Fields the item leaves at their defaults take the call's (identity included).
+        unset = {k: v for k, v in defaults.items() if getattr(item, k) == _NEW_ITEM_DEFAULTS[k] and v}
+        return [dataclasses.replace(item, **unset)] if unset else [item]
     if isinstance(item, str):
         return [NewItem(text=item, **defaults)]
     if is_message(item):
@@ -198,6 +206,7 @@ class Memory:
         self._record_writer = record_writer
         self._compose(config)
         self._llm = llm
+        self._llm_lock = threading.Lock()
         self._own_llm = False
         """True once ``default_llm`` loaded a model this memory must close."""
         if rebuild:
@@ -209,10 +218,15 @@ class Memory:
             raise ConfigError(f"store_config must be a StoreConfig, got {type(wanted).__name__}")
         encoder = {"encoder": self.embedder.name, "encoder_dim": self.embedder.dim} if self.embedder else {}
         raw = self._store.load_config()
-        if raw is None:  # a new store (or one from before configs were saved): adopt and save
+        if raw is None:  # a new store, or one from before configs were saved
             config = (wanted or StoreConfig()).replace(**encoder)
-            self._store.save_config(config.model_dump())
-            return config
+            self._store.save_config(config.model_dump(), replace=False)  # a racing opener may win
+            raw = self._store.load_config() or config.model_dump()
+            if raw == config.model_dump() and any(self._store.records(s) for s in self._store.scopes()):
+                # Records of a store that saved no config may come from another unit size:
+                # derive them again under the config now saved.
+                for scope in self._store.scopes():
+                    self._store.drop_records(scope)
         try:
             saved = StoreConfig(**raw)
         except ConfigError as exc:
@@ -234,6 +248,9 @@ class Memory:
         return saved if not diff else target
 
     def _compose(self, config: StoreConfig) -> None:
+        old = getattr(self, "_retriever", None)
+        if old is not None:
+            old.close()
         self.store_config = config
         self._retriever = Retriever(self._store, self.embedder, config)
         self._records = RecordIndex(self._store, self._retriever, config, self._record_writer)
@@ -317,10 +334,9 @@ class Memory:
         encoder = self.embedder.name if self.embedder else ""
         for b in range(0, len(new), batch_size):
             batch, stored = new[b:b + batch_size], known[b:b + batch_size]
-            prepared = iter(self._prepare([it for it, k in zip(batch, stored, strict=True) if not k]))
-            # An already-stored item needs no row: the store returns it as it is.
-            rows = [ItemRow(it, observed_text(it.observed_at), None, 0, [], []) if k else next(prepared)
-                    for it, k in zip(batch, stored, strict=True)]
+            # Items already stored unchanged are not embedded again (the store returns them as
+            # they are; one forgotten meanwhile is stored anew and embedded at its first query).
+            rows = self._prepare(batch, embed=[not k for k in stored])
             out.extend(self._store.append(ident.scope, rows, encoder=encoder))
             if progress is not None:
                 progress(len(batch))
@@ -332,15 +348,17 @@ class Memory:
                 warnings.warn(f"records not written yet ({exc}); they follow on the next add", stacklevel=2)
         return out
 
-    def _prepare(self, batch: Sequence[NewItem]) -> list[ItemRow]:
-        vecs = (self.embedder.embed([embedding_text(it.speaker, it.text) for it in batch])
-                if self.embedder is not None and batch else None)
+    def _prepare(self, batch: Sequence[NewItem], embed: Sequence[bool]) -> list[ItemRow]:
+        todo = [i for i, e in enumerate(embed) if e]
+        vecs = (self.embedder.embed([embedding_text(batch[i].speaker, batch[i].text) for i in todo])
+                if self.embedder is not None and todo else None)
+        vec_of = {i: vecs[n] for n, i in enumerate(todo)} if vecs is not None else {}
         rows = []
         for i, it in enumerate(batch):
             when = observed_text(it.observed_at)
             spans, bodies = self._pieces(it.text, it.speaker, when)
             rows.append(ItemRow(it, when, parse_time(when), count_tokens(it.text), spans, bodies,
-                                None if vecs is None else vecs[i]))
+                                vec_of.get(i)))
         return rows
 
     def _pieces(self, text: str, speaker: str, when: str) -> tuple[list[tuple[int, int]], list[str]]:
@@ -376,6 +394,7 @@ class Memory:
                 raise InvalidQueryError("forget takes ids or a session, not both")
         report = self._store.forget(ident.scope, ids=ids, session=session)
         if report.items:
+            self._retriever.reset()  # no copy of the forgotten items stays in this process
             self._records.write_new(ident.scope)  # records of the units that remain
         return report
 
@@ -522,11 +541,12 @@ class Memory:
     def default_llm(self) -> LLM:
         """The memory's model: the one given, else the local shipped model (``[local]`` extra),
         loaded on first use and then kept."""
-        if self._llm is None:
-            from ._llm import make_llm
-            self._llm = make_llm("local")
-            self._own_llm = True
-        return self._llm
+        with self._llm_lock:  # concurrent first asks load the model once
+            if self._llm is None:
+                from ._llm import make_llm
+                self._llm = make_llm("local")
+                self._own_llm = True
+            return self._llm
 
     def _require(self, scope: str) -> None:
         if not self._store.has_scope(scope):
@@ -643,7 +663,7 @@ class AsyncMemory:
 
     async def aclose(self) -> None:
         """Wait for running calls, then stop the worker threads and close the memory."""
-        self._pool.shutdown(wait=True)
+        await asyncio.to_thread(self._pool.shutdown, wait=True)  # the loop keeps running meanwhile
         self._memory.close()
 
     async def __aenter__(self) -> AsyncMemory:

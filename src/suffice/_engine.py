@@ -252,7 +252,7 @@ class Engine:
         """(answer, parts, context tokens) or None when the deep path cannot answer; and the
         receipts of the blocks it read either way."""
         t = time.perf_counter()
-        views = self.retriever.index(scope).views
+        views = (ranking.index or self.retriever.index(scope)).views
         chosen = choose_blocks(evidence.hits, views, s)
         lo = min((c.block.first_seq for c in chosen), default=0)
         hi = max((c.block.last_seq for c in chosen), default=-1)

@@ -2,9 +2,10 @@
 
 One message becomes one item, except an assistant message with tool calls: its text (if any)
 is one item and each tool call is an item of kind ``tool_call``; a ``tool`` message is an item
-of kind ``tool_result``. Text parts of a multi-part content are joined; any other part (an
-image, audio, a file) is kept whole in ``meta["parts"]`` and marked in the text as
-``[image_url]``, so nothing the caller sent is lost.
+of kind ``tool_result``. Text parts of a multi-part content (and a refusal) are joined; any
+other part (an image, audio, a file) is kept whole in ``meta["parts"]`` and marked in the text
+as ``[image_url]``, so nothing the caller sent is lost. A message may also carry item fields of
+its own (``observed_at``, ``session``, ``meta``, ``id``), which win over the call's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from ._errors import InvalidItemError
 from ._types import NewItem
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
-_KNOWN = {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "id"}
+_KNOWN = {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "id", "refusal",
+          "observed_at", "session", "meta"}
+_TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+"""Content part types that carry text, and the key that holds it."""
 
 
 def is_message(obj: object) -> bool:
@@ -36,15 +40,24 @@ def message_items(msg: Mapping[str, Any], index: int, base: dict[str, Any]) -> l
     if name is not None and not isinstance(name, str):
         raise InvalidItemError(f"{where}: name must be a string")
     extra = {k: v for k, v in msg.items() if k not in _KNOWN}
-    meta: dict[str, Any] = dict(base.get("meta") or {})
+    own_meta = msg.get("meta")
+    if own_meta is not None and not isinstance(own_meta, Mapping):
+        raise InvalidItemError(f"{where}: meta must be a mapping")
+    meta: dict[str, Any] = {**(base.get("meta") or {}), **(own_meta or {})}
     if extra:
         meta["message"] = extra
     common = {k: v for k, v in base.items() if k != "meta"}
+    for key in ("observed_at", "session"):
+        if key in msg:
+            common[key] = msg[key]
     speaker = name or role
     msg_id = msg.get("id")
     if msg_id is not None and not isinstance(msg_id, str):
         raise InvalidItemError(f"{where}: id must be a string")
     text, parts = _content(msg.get("content"), where)
+    refusal = msg.get("refusal")
+    if isinstance(refusal, str) and refusal.strip():
+        text = f"{text}\n{refusal}" if text.strip() else refusal
     if parts:
         meta["parts"] = parts
     out: list[NewItem] = []
@@ -94,8 +107,9 @@ def _content(content: object, where: str) -> tuple[str, list[Any]]:
     for part in content:
         if isinstance(part, str):
             texts.append(part)
-        elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
-            texts.append(part["text"])
+        elif (isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS
+              and isinstance(part.get(_TEXT_PARTS[part["type"]]), str)):
+            texts.append(part[_TEXT_PARTS[part["type"]]])
         elif isinstance(part, Mapping) and isinstance(part.get("type"), str):
             others.append(dict(part))
             texts.append(f"[{part['type']}]")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 from ._config import StoreConfig
 from ._retrieve import Retriever, ScopeIndex
@@ -167,7 +168,7 @@ class ScopeRecords:
     links_upto: int = -1
     adjacency: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
     """Content links in both directions: unit -> [(other unit, cosine)]."""
-    header_cost: dict[str, int] = field(default_factory=dict)
+    header_cost: LRUCache[str, int] = field(default_factory=lambda: LRUCache(100_000))
     """Tokens of header lines by text (records never change, the open unit's may)."""
     open_record: tuple[int, int, str, int] | None = None
     """(unit, last_seq, text, tokens) of the open unit's on-the-fly record."""
@@ -201,6 +202,11 @@ class RecordIndex:
         """Writes a unit's timeline line once when it closes; None uses the fixed rule."""
         self._scopes: dict[str, ScopeRecords] = {}
         self._lock = threading.Lock()
+        retriever.on_reset(self._drop)
+
+    def _drop(self) -> None:
+        with self._lock:
+            self._scopes.clear()
 
     def state(self, scope: str) -> tuple[ScopeIndex, ScopeRecords]:
         """The scope's index and record state, both in step with the store."""
@@ -244,8 +250,13 @@ class RecordIndex:
             st.open_record = (unit.index, unit.last_seq, text, tokens)
         return text, tokens
 
-    def lines(self, scope: str, st: ScopeRecords, units: Sequence[Unit]) -> tuple[list[str], list[int]]:
-        """Record line and its token cost (newline included) for each of ``units``."""
+    def lines(self, scope: str, st: ScopeRecords, units: Sequence[Unit],
+              allowed: set[int] | None = None) -> tuple[list[str], list[int]]:
+        """Record line and its token cost (newline included) for each of ``units``.
+
+        With ``allowed`` (the seqs a filter lets through), a unit that also holds other items
+        gets a rule record made from its allowed items only: a stored gist may quote the rest.
+        """
         with st.lock:
             texts = list(st.texts[:len(units)])
             costs = list(st.tokens[:len(units)])
@@ -254,7 +265,11 @@ class RecordIndex:
         lines: list[str] = []
         out: list[int] = []
         for u, text in zip(units, texts, strict=True):
-            if text is None:  # the open unit (or a record not written yet): a rule record on the fly
+            if allowed is not None and not all(q in allowed for q in range(u.first_seq, u.last_seq + 1)):
+                mine = [q for q in range(u.first_seq, u.last_seq + 1) if q in allowed]
+                text = rule_record(self.store.items(scope, mine), self.config.record_tokens) if mine else "…"
+                costs[u.index] = count_tokens(record_line(text))
+            elif text is None:  # the open unit (or a record not written yet): a rule record on the fly
                 if not u.closed:
                     text, tok = self.open_record(scope, st, u)
                 else:

@@ -265,6 +265,11 @@ class Renderer:
         self.records = records
         self._caches: dict[str, _ScopeCache] = {}
         self._lock = threading.Lock()
+        retriever.on_reset(self._drop)
+
+    def _drop(self) -> None:
+        with self._lock:
+            self._caches.clear()
 
     def _cache(self, scope: str, idx: ScopeIndex) -> _ScopeCache:
         with self._lock:
@@ -328,7 +333,9 @@ class Renderer:
         # 2. Relevance, from the query's ranking.
         t1 = time.perf_counter()
         if ranking is None and query.strip():
-            ranking = self.ranking(scope, query, budget, config, retrieval, flt)
+            # The recent window is shown whole below: rank only what lies before it.
+            before = flt if not agent else replace(flt or Filter(), before_seq=first_recent)
+            ranking = self.ranking(scope, query, budget, config, retrieval, before)
             timings["rank_ms"] = _ms(t1)
         scores = _score(call, ranking, units[:n_units], agent, first_recent, config.depth(budget), eligible,
                         st.adjacency)
@@ -336,7 +343,7 @@ class Renderer:
 
         # 3. Timeline.
         t2 = time.perf_counter()
-        rec_text, rec_cost = self.records.lines(scope, st, units[:n_units])
+        rec_text, rec_cost = self.records.lines(scope, st, units[:n_units], allowed)
         timeline_cap = (memory_budget if mode == "timeline"
                         else math.floor(config.timeline_share * memory_budget))
 
@@ -379,6 +386,7 @@ class Renderer:
         t4 = time.perf_counter()
         ctx = _assemble(budget, cap, mode, timeline, detail, recent, recent_items, lines, rec_text,
                         rec_cost, head_of, head_cost, n_units, timings)
+        self.retriever.check_unchanged(idx)  # every item above was read at the same numbering
         timings["assemble_ms"] = _ms(t4)
         timings["total_ms"] = _ms(t0)
         return replace(ctx, timings_ms=timings)
@@ -397,19 +405,20 @@ def _recent_window(call: _Call, n_items: int, window: int, cap: int) -> tuple[li
     if limit <= 0:
         return [], []
     views = call.idx.views
-    # Text tokens under-count a line, so this range surely holds every item that can fit.
-    first, total = n_items, 0
-    while first > 0 and total <= limit:
-        first -= 1
-        if call.allowed is None or first in call.allowed:
-            total += views.tokens[first]
-    items = call.store.items(call.scope, start=first, end=n_items)
+    # Text tokens under-count a line, so these items surely hold every one that can fit.
+    candidates = range(n_items - 1, -1, -1) if call.allowed is None else sorted(call.allowed, reverse=True)
+    wanted: list[int] = []
+    total = 0
+    for q in candidates:
+        if total > limit:
+            break
+        wanted.append(q)
+        total += views.tokens[q]
+    items = call.store.items(call.scope, wanted)
     chosen: list[Item] = []
     parts: list[_Part] = []
     used = 0
     for it in reversed(items):
-        if call.allowed is not None and it.seq not in call.allowed:
-            continue
         c = count_tokens(it.render()) + 1
         if used + c > limit:
             break
@@ -682,7 +691,8 @@ def _piece_recovery(call: _Call, scores: _Scores, stream: _Stream, lines: _Lines
     s = call.config
     unit_of = call.idx.views.unit_of
     boost = s.piece_unit_boost / (call.rrf_k + 1)
-    cand = [(seq, p) for seq, p in scores.piece_score if seq < first_recent]
+    cand = [(seq, p) for seq, p in scores.piece_score
+            if seq < first_recent and (call.allowed is None or seq in call.allowed)]
     if not cand:
         return left
     seq_arr = np.fromiter((c[0] for c in cand), dtype=np.int64, count=len(cand))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -24,7 +24,7 @@ import numpy as np
 
 from ._config import RetrievalConfig, StoreConfig
 from ._embed.protocol import Embedder
-from ._errors import InvalidQueryError
+from ._errors import InvalidQueryError, StoreError
 from ._store.base import Store
 from ._text import embedding_text, query_terms
 from ._types import Evidence, Filter, Hit, Unit
@@ -46,6 +46,8 @@ class ScopeIndex:
     """
 
     views: ScopeViews
+    generation: int = 0
+    """The store's generation this state was built at (see :meth:`Store.generation`)."""
     lock: threading.RLock = field(default_factory=threading.RLock)
     seqs: np.ndarray = field(default_factory=lambda: _EMPTY_SEQS)
     matrix: np.ndarray = field(default_factory=lambda: _EMPTY_MATRIX)
@@ -137,8 +139,10 @@ class Ranking:
     unit_cos: np.ndarray | None = None
     """Cosine of the query to each unit vector, when the dense scan computed it."""
     timings_ms: dict[str, float] = field(default_factory=dict)
-    views: ScopeViews | None = field(default=None, repr=False, compare=False)
-    """The scope's views as the ranking saw them (where each hit sits: unit, blocks)."""
+    candidate_k: int = 100
+    """How deep each ranker was read for the fused order (the hits' dense scores come from it)."""
+    index: ScopeIndex | None = field(default=None, repr=False, compare=False)
+    """The scope's state as the ranking saw it: views (unit, blocks of each hit), generation."""
 
     @property
     def best_piece(self) -> dict[int, int]:
@@ -162,7 +166,11 @@ class Ranking:
 
 
 class Retriever:
-    """Ranks one scope's items for a query; owns the per-scope state and a worker thread."""
+    """Ranks one scope's items for a query; owns the per-scope state and a worker thread.
+
+    Layers above keep per-scope state of their own (records, render caches); they register a
+    callback with :meth:`on_reset` and drop it when the store's generation changes.
+    """
 
     def __init__(self, store: Store, embedder: Embedder | None, config: StoreConfig) -> None:
         self.store = store
@@ -172,6 +180,19 @@ class Retriever:
         self._generation = -1
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._resets: list[Callable[[], None]] = []
+
+    def on_reset(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever all per-scope state is dropped (after a forget or rebuild)."""
+        self._resets.append(callback)
+
+    def reset(self) -> None:
+        """Drop every scope's state here and in the layers registered with :meth:`on_reset`."""
+        with self._lock:
+            self._scopes.clear()
+            self._generation = -1
+        for callback in self._resets:
+            callback()
 
     def close(self) -> None:
         """Stop the worker thread (BM25 runs there while the query is embedded)."""
@@ -190,14 +211,21 @@ class Retriever:
 
     def index(self, scope: str) -> ScopeIndex:
         """The scope's views and vectors, extended with any items appended since last time."""
+        for _ in range(5):
+            idx = self._sync(scope)
+            if self.store.generation() == idx.generation:  # no forget ran while we read
+                return idx
+        raise StoreError("the store keeps changing under this query (forgets in progress); try again")
+
+    def _sync(self, scope: str) -> ScopeIndex:
         generation = self.store.generation()
+        if generation != self._generation:  # a forget or rebuild happened: start over
+            self.reset()
         with self._lock:
-            if generation != self._generation:  # a forget or rebuild happened: start over
-                self._scopes.clear()
-                self._generation = generation
+            self._generation = generation
             idx = self._scopes.get(scope)
-            if idx is None:
-                idx = self._scopes[scope] = ScopeIndex(ScopeViews(self.config))
+            if idx is None or idx.generation != generation:
+                idx = self._scopes[scope] = ScopeIndex(ScopeViews(self.config), generation)
         with idx.lock:
             new = self.store.layout(scope, after_seq=idx.views.size - 1)
             if new:
@@ -246,8 +274,10 @@ class Retriever:
         terms = query_terms(query) if use_bm25 else []
         piece_limit = max(3 * cand + 10, piece_depth)
         t = time.perf_counter()
+        # BM25 (SQLite) runs on the worker thread while the query is embedded (ONNX): both
+        # release the GIL, so on two cores the shorter of the two costs nothing.
         job = (self._worker().submit(self.store.bm25, scope, terms, piece_limit, bounded)
-               if terms else None)
+               if terms and use_dense else None)
         qvec = None
         dense: list[tuple[int, float]] = []
         unit_cos = None
@@ -259,7 +289,10 @@ class Retriever:
             dense, unit_cos = self._dense(scope, idx, qvec, max(cand, piece_depth), bounded, config)
             timings["dense_ms"] = _ms(t)
         t = time.perf_counter()
-        pieces = tuple(job.result()) if job is not None else ()
+        if job is not None:
+            pieces = tuple(job.result())
+        else:
+            pieces = tuple(self.store.bm25(scope, terms, piece_limit, bounded)) if terms else ()
         timings["bm25_ms"] = _ms(t)
         t = time.perf_counter()
         if method == "recency":
@@ -270,28 +303,48 @@ class Retriever:
         timings["fuse_ms"] = _ms(t)
         timings["total_ms"] = _ms(t0)
         return Ranking(scope, query, method, tuple(order), tuple(scores), pieces, tuple(dense), qvec,
-                       size, flt, unit_cos, timings, idx.views)
+                       size, flt, unit_cos, timings, cand, idx)
 
     def _dense(self, scope: str, idx: ScopeIndex, qvec: np.ndarray, depth: int, flt: Filter,
                config: RetrievalConfig) -> tuple[list[tuple[int, float]], np.ndarray | None]:
-        """Items by cosine, best first: every allowed vector, or on a large scope those of the
-        units closest to the query (two-stage, see ``dense_scan_items``)."""
+        """Items by cosine, best first: every allowed vector, or when there are more than
+        ``dense_scan_items`` of them, those of the units closest to the query (two-stage)."""
         seqs_all, matrix = idx.vectors()
         below = flt.before_seq if flt.before_seq is not None else idx.views.size
         limit = int(np.searchsorted(seqs_all, below))
         if limit == 0 or matrix.size == 0:
             return [], None
+        allowed = None  # sorted seqs a filter lets through
+        if _needs_store(flt):
+            allowed = self.store.filter_seqs(scope, replace(flt, before_seq=None))
+            rows = np.flatnonzero(np.isin(seqs_all[:limit], allowed))
+            if rows.size == 0:
+                return [], None
         unit_cos = None
-        ranges: list[tuple[int, int]] = [(0, limit)]
-        if limit > config.dense_scan_items:
+        n = limit if allowed is None else rows.size
+        if n <= config.dense_scan_items:
+            if allowed is None:
+                sims, seqs = _matvec(matrix[:limit], qvec), seqs_all[:limit]
+            else:
+                sims, seqs = _matvec(matrix[rows], qvec), seqs_all[rows]
+        else:
             units = idx.views.units
             unit_cos = np.maximum(_matvec(idx.unit_vectors(len(units)), qvec), 0.0)
-            ranges = _best_unit_ranges(seqs_all, units, unit_cos, limit, config.dense_scan_items)
-        sims = np.concatenate([_matvec(matrix[lo:hi], qvec) for lo, hi in ranges])
-        seqs = np.concatenate([seqs_all[lo:hi] for lo, hi in ranges])
-        if _needs_store(flt):
-            allowed = np.isin(seqs, self.store.filter_seqs(scope, replace(flt, before_seq=None)))
-            sims, seqs = sims[allowed], seqs[allowed]
+            pick = unit_cos
+            if allowed is not None:  # only units that hold an allowed item are worth a look
+                unit_of = idx.views.unit_of
+                holds = np.zeros(len(units), dtype=bool)
+                holds[np.fromiter((unit_of[int(q)] for q in seqs_all[rows]), dtype=np.int64)] = True
+                pick = np.where(holds, unit_cos, -1.0)
+            if unit_cos.any():
+                ranges = _best_unit_ranges(seqs_all, units, pick, limit, config.dense_scan_items)
+            else:  # no unit leans toward the query: nothing to narrow by
+                ranges = [(0, limit)]
+            sims = np.concatenate([_matvec(matrix[lo:hi], qvec) for lo, hi in ranges])
+            seqs = np.concatenate([seqs_all[lo:hi] for lo, hi in ranges])
+            if allowed is not None:
+                keep = np.isin(seqs, allowed)
+                sims, seqs = sims[keep], seqs[keep]
         d = min(depth, sims.shape[0])
         if d == 0:
             return [], unit_cos
@@ -311,9 +364,12 @@ class Retriever:
         """The first ``k`` items of ``ranking`` (all when None) as hits carrying their items."""
         t0 = time.perf_counter()
         chosen = ranking.seqs if k is None else ranking.seqs[:k]
-        views = ranking.views or self.index(ranking.scope).views
+        idx = ranking.index or self.index(ranking.scope)
+        views = idx.views
         items = {it.seq: it for it in self.store.items(ranking.scope, chosen)}
-        best, bm, cos = ranking.best_piece, ranking.bm25, ranking.cosine
+        self.check_unchanged(idx)
+        best, bm = ranking.best_piece, ranking.bm25
+        cos = dict(ranking.dense[:ranking.candidate_k])
         hits = tuple(
             Hit(item=items[seq], score=score, rank=r, source=ranking.method, piece=best.get(seq),
                 unit=views.unit_of[seq], blocks=views.blocks_of(seq), bm25_score=bm.get(seq),
@@ -324,6 +380,12 @@ class Retriever:
         timings["fetch_ms"] = _ms(t0)
         timings["total_ms"] = ranking.timings_ms.get("total_ms", 0.0) + timings["fetch_ms"]
         return Evidence(ranking.query, ranking.scope, hits, timings)
+
+
+    def check_unchanged(self, idx: ScopeIndex) -> None:
+        """Refuse results read by seq after a forget renumbered the scope (a rare race)."""
+        if self.store.generation() != idx.generation:
+            raise StoreError("a forget changed the store while this query read it; run the query again")
 
 
 def _fuse(method: Method, pieces: tuple[tuple[int, int, float], ...], dense: list[tuple[int, float]],

@@ -9,8 +9,8 @@ Text that names no year ("yesterday", "session 3") gets no timestamp rather than
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from datetime import UTC, date, datetime, time
+from functools import lru_cache
 from typing import TypeAlias
 
 from dateutil import parser as _parser

@@ -6,6 +6,7 @@ rebuilt at any time.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -172,6 +173,23 @@ class Evidence:
         return len(self.hits)
 
 
+def canonical_json(value: Any) -> str:
+    """JSON text that is the same for equal values: sorted keys, no spaces, unicode as is."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def same_json(have: Any, want: Any) -> bool:
+    """Equality of two JSON values as a meta filter means it: same JSON type (``true`` is not
+    ``1``), numbers by value, objects and arrays by content."""
+    if want is None or isinstance(want, bool):
+        return have is want
+    if isinstance(want, (int, float)):
+        return isinstance(have, (int, float)) and not isinstance(have, bool) and have == want
+    if isinstance(want, str):
+        return isinstance(have, str) and have == want
+    return isinstance(have, (dict, list)) and canonical_json(have) == canonical_json(want)
+
+
 @dataclass(frozen=True, slots=True)
 class Filter:
     """Which items of a scope a read may see; every field given must match (AND).
@@ -209,7 +227,7 @@ class Filter:
                 return False
         if self.meta:
             for key, value in self.meta.items():
-                if key not in item.meta or item.meta[key] != value:
+                if key not in item.meta or not same_json(item.meta[key], value):
                     return False
         return self.before_seq is None or item.seq < self.before_seq
 

@@ -55,7 +55,8 @@ class Store(Protocol):
     def schema_version(self) -> int: ...
     def load_config(self) -> dict[str, Any] | None:
         """The saved store config, or None for a store that has none yet."""
-    def save_config(self, config: Mapping[str, Any]) -> None: ...
+    def save_config(self, config: Mapping[str, Any], *, replace: bool = True) -> None:
+        """Save the store config; with ``replace=False`` only when none is saved yet."""
     def generation(self) -> int:
         """A counter raised by every forget and rebuild: caches built at another value are stale."""
 
@@ -165,6 +166,9 @@ def validate_filter(flt: Filter) -> None:
             json.dumps(dict(flt.meta), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InvalidQueryError(f"filter meta values must be JSON values ({exc})") from None
+        for key, value in flt.meta.items():
+            if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+                raise InvalidQueryError(f"filter meta {key!r}: {value} is beyond a 64-bit integer")
     before = flt.before_seq
     if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
         raise InvalidQueryError("filter before_seq must be an integer")

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .._errors import ConflictError, InvalidItemError, StoreError
-from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats
+from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats, canonical_json
 from .base import ItemRow, Layout, content_key, validate_filter, validate_item, validate_scope
 
 SCHEMA_VERSION = 3
@@ -232,13 +232,18 @@ class SQLiteStore:
         return any(r[1] == column for r in self._conn.execute(f"PRAGMA table_info({table})"))
 
     def _migrate_v1(self) -> None:
-        """v1 -> v2: rebuild the items table so client ids are unique per scope, not globally."""
-        self._run_script(
-            "BEGIN IMMEDIATE;\n"
-            f"CREATE TABLE items_v2 ({_ITEMS_COLUMNS_V2});\n"
-            f"INSERT INTO items_v2 (rowid, {_V2_FIELDS}) SELECT rowid, {_V2_FIELDS} FROM items;\n"
-            "DROP TABLE items;\nALTER TABLE items_v2 RENAME TO items;\n"
-            "UPDATE meta SET value = '2' WHERE key = 'schema_version' AND value = '1';\nCOMMIT;")
+        """v1 -> v2: rebuild the items table so client ids are unique per scope, not globally.
+
+        The version is checked again inside the transaction: another process may have migrated
+        (and written) since this one read it."""
+        with self._write() as c:
+            if c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] != "1":
+                return
+            c.execute(f"CREATE TABLE items_v2 ({_ITEMS_COLUMNS_V2})")
+            c.execute(f"INSERT INTO items_v2 (rowid, {_V2_FIELDS}) SELECT rowid, {_V2_FIELDS} FROM items")
+            c.execute("DROP TABLE items")
+            c.execute("ALTER TABLE items_v2 RENAME TO items")
+            c.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version' AND value = '1'")
 
     def _migrate_v2(self) -> None:
         """v2 -> v3 (and a new store): the parsed-time and agent columns; times are parsed from
@@ -285,9 +290,10 @@ class SQLiteStore:
         raw = self._meta("store_config")
         return None if raw is None else dict(json.loads(raw))
 
-    def save_config(self, config: Mapping[str, Any]) -> None:
+    def save_config(self, config: Mapping[str, Any], *, replace: bool = True) -> None:
         with self._write() as c:
-            c.execute("INSERT OR REPLACE INTO meta VALUES ('store_config', ?)",
+            verb = "REPLACE" if replace else "IGNORE"  # IGNORE: a racing opener's config stands
+            c.execute(f"INSERT OR {verb} INTO meta VALUES ('store_config', ?)",
                       (json.dumps(dict(config), sort_keys=True),))
 
     def generation(self) -> int:
@@ -445,7 +451,7 @@ class SQLiteStore:
             raise InvalidItemError("forget takes ids or a session, not both")
         with self._write() as c:
             if ids is not None:
-                wanted = [str(x) for x in ids]
+                wanted = list(dict.fromkeys(str(x) for x in ids))
                 rows = []
                 for batch in _chunks(wanted):
                     marks = ",".join("?" * len(batch))
@@ -465,10 +471,13 @@ class SQLiteStore:
             first = seqs[0]
             n_pieces = self._delete_pieces(c, scope, seqs)
             n_vecs = _delete_seqs(c, "embeddings", scope, seqs)
+            # The unit ending just before the first forgotten item closed because that item
+            # started a new unit; with it gone, the next item may join it, so records are
+            # re-derived from that unit on.
             (first_unit,) = c.execute(
                 "SELECT COALESCE(MIN(unit), (SELECT COALESCE(MAX(unit), -1) + 1 FROM records"
                 " WHERE scope = ?1)) FROM records WHERE scope = ?1 AND last_seq >= ?2",
-                (scope, first)).fetchone()
+                (scope, first - 1)).fetchone()
             n_records = c.execute("DELETE FROM records WHERE scope = ? AND unit >= ?",
                                   (scope, first_unit)).rowcount
             n_links = c.execute("DELETE FROM links WHERE scope = ? AND src >= ?",
@@ -502,17 +511,27 @@ class SQLiteStore:
             c.execute(f"UPDATE {table} SET seq = -1 - seq WHERE scope = ? AND seq < 0", (scope,))
         c.execute("DROP TABLE temp.remap")
 
-    def _checkpoint(self, attempts: int = 20) -> bool:
-        """Fold the write-ahead log into the file and truncate it; False if readers kept it busy."""
+    def _checkpoint(self, wait_s: float = 2.0) -> bool:
+        """Fold the write-ahead log into the file and truncate it; False if other readers kept it
+        in use for ``wait_s`` (the log is then emptied by a later checkpoint)."""
         if self.path == ":memory:":
             return True
-        for i in range(attempts):
-            with self._lock:
-                busy, _log, _done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if busy == 0:
-                return True
-            time.sleep(min(0.01 * 2 ** i, 0.5))
-        return False
+        deadline = time.monotonic() + wait_s
+        delay = 0.01
+        with self._lock:
+            (timeout_ms,) = self._conn.execute("PRAGMA busy_timeout").fetchone()
+            self._conn.execute("PRAGMA busy_timeout = 0")  # poll here, never block in SQLite
+            try:
+                while True:
+                    busy, _log, _done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    if busy == 0:
+                        return True
+                    if time.monotonic() + delay > deadline:
+                        return False
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.25)
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
 
     def audit(self) -> list[AuditEntry]:
         return [AuditEntry(float(at), str(action), str(sc), tuple(json.loads(ids)), dict(json.loads(counts)))
@@ -677,20 +696,27 @@ def _filter_sql(flt: Filter | None, alias: str, seq_alias: str | None = None) ->
         conds.append(f"{alias}.observed_ts < ?")
         params.append(float(flt.until))
     for key, value in (flt.meta or {}).items():
-        path = '$."' + key.replace('"', '\\"') + '"'
-        if value is None:
-            conds.append(f"json_type({alias}.meta, ?) = 'null'")
-            params.append(path)
-        elif isinstance(value, (dict, list)):
-            conds.append(f"json_extract({alias}.meta, ?) = json(?)")
-            params += [path, json.dumps(value, sort_keys=True)]
-        else:
-            conds.append(f"json_extract({alias}.meta, ?) = ?")
-            params += [path, value]
+        test, args = _meta_test(value)
+        conds.append(f"EXISTS (SELECT 1 FROM json_each({alias}.meta) j WHERE j.key = ? AND {test})")
+        params += [key, *args]
     if flt.before_seq is not None:
         conds.append(f"{seq_alias or alias}.seq < ?")
         params.append(int(flt.before_seq))
     return "".join(f" AND {c}" for c in conds), params
+
+
+def _meta_test(value: Any) -> tuple[str, list[Any]]:
+    """SQL over ``json_each`` (as ``j``) that holds when a meta value equals ``value`` the way
+    :meth:`Filter.matches` decides it: same JSON type, numbers by value, containers by content."""
+    if value is None:
+        return "j.type = 'null'", []
+    if isinstance(value, bool):
+        return "j.type = ?", ["true" if value else "false"]
+    if isinstance(value, (int, float)):
+        return "j.type IN ('integer', 'real') AND j.value = ?", [value]
+    if isinstance(value, str):
+        return "j.type = 'text' AND j.value = ?", [value]
+    return "j.type IN ('object', 'array') AND j.value = ?", [canonical_json(value)]
 
 
 def _row_to_item(r: Sequence[Any]) -> Item:
