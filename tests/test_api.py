@@ -319,3 +319,18 @@ def test_agent_mode_ranks_only_what_lies_before_the_recent_window(memory: Memory
     ctx = memory.render("What should Dana do next?", 800, scope="dana", agent=True)
     recent = min(q for p in ctx.parts if p.kind == "recent" for q in p.seqs)
     assert seen and seen[0].before_seq == recent
+
+
+def test_scope_names_have_one_form(memory: Memory):
+    from suffice import InvalidInputError
+    memory.add("in the one scope", scope="a")
+    for spelling in (" a", "a ", "a\u00a0", "\ta\n"):
+        assert [i.text for i in memory.items(scope=spelling)] == ["in the one scope"]
+    memory.add("café", scope="caf\u0065\u0301")  # decomposed é
+    assert memory.items(scope="caf\u00e9")[0].scope == "caf\u00e9"
+    assert "A" not in memory.scopes()  # case is kept: "A" and "a" are two scopes
+    for bad in ("", "   ", "x" * 201, "evil\u202eeman", "a\x00b", "line\u2028break"):
+        with pytest.raises(InvalidInputError):
+            memory.add("x", scope=bad)
+    with pytest.raises(InvalidInputError, match="normal form"):
+        memory.store.append(" a", [])

@@ -43,7 +43,7 @@ from ._records import RecordIndex, RecordWriter
 from ._render import Renderer
 from ._retrieve import Method, Retriever
 from ._route.sufficiency import SufficiencyRouter
-from ._store.base import ItemRow, Store, validate_filter, validate_item, validate_scope
+from ._store.base import ItemRow, Store, normalize_scope, validate_filter, validate_item
 from ._store.sqlite import SQLiteStore, observed_text
 from ._text import embedding_text
 from ._times import TimeLike, as_timestamp, parse_time
@@ -79,16 +79,17 @@ def identity(scope: str | None = None, user_id: str | None = None, agent_id: str
              run_id: str | None = None) -> Identity:
     """Map Mem0-style ids onto a hard scope.
 
-    ``user_id`` → scope ``user:<id>``; without one, ``agent_id`` → ``agent:<id>``; with
-    neither, ``run_id`` → ``run:<id>``. Within a user's scope ``agent_id`` narrows to that
-    agent's items (stored in ``Item.agent``), and ``run_id`` is the session (a run is a
-    session: units and blocks never cross it). So ``user_id="alice"`` reads all of Alice's
-    runs, and ``user_id="alice", run_id="r7"`` one of them. A scope named directly cannot be
-    combined with ids.
+    Names and ids are normalised first (:func:`suffice._store.base.normalize_scope`: NFC,
+    trimmed, bounded, no control characters). ``user_id`` → scope ``user:<id>``; without
+    one, ``agent_id`` → ``agent:<id>``; with neither, ``run_id`` → ``run:<id>``. Within a
+    user's scope ``agent_id`` narrows to that agent's items (stored in ``Item.agent``), and
+    ``run_id`` is the session (a run is a session: units and blocks never cross it). So
+    ``user_id="alice"`` reads all of Alice's runs, and ``user_id="alice", run_id="r7"`` one
+    of them. A scope named directly cannot be combined with ids.
     """
-    for name, value in (("scope", scope), ("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
-        if value is not None:
-            validate_scope(value) if name == "scope" else _check_id(name, value)
+    scope, user_id, agent_id, run_id = (
+        None if v is None else normalize_scope(v, name)
+        for v, name in ((scope, "scope"), (user_id, "user_id"), (agent_id, "agent_id"), (run_id, "run_id")))
     if scope is not None:
         if user_id is not None or agent_id is not None or run_id is not None:
             raise InvalidQueryError("give scope or user_id / agent_id / run_id, not both")
@@ -100,11 +101,6 @@ def identity(scope: str | None = None, user_id: str | None = None, agent_id: str
     if run_id is not None:
         return Identity(f"run:{run_id}")
     return Identity(DEFAULT_SCOPE)
-
-
-def _check_id(name: str, value: object) -> None:
-    if not isinstance(value, str) or not value.strip() or any(ord(c) < 32 for c in value):
-        raise InvalidQueryError(f"{name} must be a non-empty string without control characters")
 
 
 _NEW_ITEM_DEFAULTS = {"session": "", "speaker": "", "role": "", "kind": "message", "observed_at": "",

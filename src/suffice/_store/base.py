@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .._errors import InvalidItemError, InvalidQueryError
+from .._errors import InvalidInputError, InvalidItemError, InvalidQueryError
 from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats
 
 
@@ -107,12 +108,36 @@ class Store(Protocol):
     def audit(self) -> list[AuditEntry]: ...
 
 
+MAX_SCOPE_CHARS = 200
+_NOT_IN_NAMES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+"""Unicode categories refused in names: controls, format (bidi marks), surrogates, private
+use, unassigned, line and paragraph separators."""
+
+
+def normalize_scope(name: object, what: str = "scope") -> str:
+    """The one form of a scope name (or an id that names one): Unicode NFC, surrounding
+    whitespace removed, at most 200 characters, no control, format (bidi) or separator
+    characters. Case is kept: ``Ana`` and ``ana`` are two scopes, as most user ids are."""
+    if not isinstance(name, str):
+        raise InvalidInputError(f"{what} must be a string, got {type(name).__name__}")
+    norm = unicodedata.normalize("NFC", name).strip()
+    if not norm:
+        raise InvalidInputError(f"{what} must not be empty")
+    if len(norm) > MAX_SCOPE_CHARS:
+        raise InvalidInputError(f"{what} is {len(norm)} characters long; at most {MAX_SCOPE_CHARS}")
+    bad = next((c for c in norm if unicodedata.category(c) in _NOT_IN_NAMES), None)
+    if bad is not None:
+        raise InvalidInputError(f"{what} {norm!r} contains the control or format character U+{ord(bad):04X}")
+    return norm
+
+
 def validate_scope(scope: object) -> str:
-    if not isinstance(scope, str) or not scope.strip():
-        raise InvalidItemError("scope must be a non-empty string")
-    if any(ord(c) < 32 for c in scope):
-        raise InvalidItemError(f"scope {scope!r} contains control characters")
-    return scope
+    """``scope`` when it is in its normal form (see :func:`normalize_scope`), else an error
+    naming that form: a store never holds two spellings of one scope."""
+    norm = normalize_scope(scope)
+    if norm != scope:
+        raise InvalidInputError(f"scope {scope!r} is not in normal form; use {norm!r}")
+    return norm
 
 
 def validate_item(item: NewItem, index: int) -> None:
