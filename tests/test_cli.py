@@ -116,3 +116,65 @@ def test_ask_rejects_an_unknown_mode_or_router_before_loading_a_model(db):
     assert r.exit_code == 2 and "unknown mode 'quick'" in r.output
     r = run("--db", db, "ask", "who?", "--mode", "auto", "--router", "oracle")
     assert r.exit_code == 2 and "unknown router 'oracle'" in r.output
+
+
+HOSTILE = ("[/bold] [red]x[/red] [link=http://e.vil]click[/link] \x1b[31mred\x1b[0m "
+           "[shares a photo: a dog on the beach]")
+
+
+def test_stored_text_is_printed_as_written_never_as_markup_or_terminal_codes(db):
+    assert run("--db", db, "add", HOSTILE, "--scope", "[/x]").exit_code == 0
+    for cmd in (["search", "photo dog click"], ["items"], ["render", "photo dog", "--budget", "300"]):
+        r = run("--db", db, *cmd, "--scope", "[/x]")
+        assert r.exit_code == 0, r.output
+        assert "[/bold] [red]x[/red] [link=http://e.vil]click[/link]" in r.output
+        assert "[shares a photo: a dog on the beach]" in r.output
+        assert "\x1b" not in r.output and "\\x1b[31mred" in r.output  # shown, not obeyed
+    r = run("--db", db, "search", "photo", "--scope", "[/x]", "--json")  # JSON stays exact
+    assert json.loads(r.output)["hits"][0]["item"]["text"] == HOSTILE
+
+
+def test_a_failed_model_is_never_printed_as_the_answer(db):
+    from llm_server import FakeOpenAI, Reply
+
+    run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana")
+    with FakeOpenAI([Reply(status=500, body="[/yellow] boom \x1b]8;;http://e.vil\x1b\\")]) as srv:
+        r = run("--db", db, "ask", "cat name?", "-s", "dana", "--provider", "http", "--base-url",
+                srv.base_url, "--model", "m")
+    assert r.exit_code == 1, r.output
+    assert "(no answer: the model failed)" in r.output
+    assert "[/yellow] boom" in r.output and "\x1b" not in r.output
+
+
+@pytest.mark.parametrize("args", [
+    ["search", "x", "-k", "99999999999999999999999"],
+    ["render", "x", "--budget", "99999999999999999999999"],
+    ["items", "--limit", "99999999999999999999"],
+    ["ask", "x", "--tau", "5", "--provider", "http", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
+    ["search", "\udcff\udcfe"],
+])
+def test_out_of_range_and_undecodable_arguments_are_one_line_errors(db, args):
+    run("--db", db, "add", "x", "-s", "s")
+    r = run("--db", db, *args, "-s", "s")
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "Traceback" not in r.output
+
+
+def test_read_commands_never_create_a_store(tmp_path):
+    missing = tmp_path / "typo" / "store.db"
+    for cmd in (["search", "x"], ["items"], ["stats"], ["render", "x"], ["forget", "--all"]):
+        r = run("--db", str(missing), *cmd)
+        assert r.exit_code == 2 and "no store at" in r.output, (cmd, r.output)
+    assert not missing.parent.exists()
+
+
+def test_a_file_import_is_all_or_nothing(db, tmp_path):
+    f = tmp_path / "items.jsonl"
+    f.write_text("".join(json.dumps({"text": f"item {i}"}) + "\n" for i in range(50))
+                 + json.dumps({"text": ""}) + "\n")
+    r = run("--db", db, "add", "-f", str(f), "-s", "s")
+    assert r.exit_code == 2 and "item 50" in r.output
+    f.write_bytes(b'{"text": "fine"}\n{"text": "\xff\xfe"}\n')
+    r = run("--db", db, "add", "-f", str(f), "-s", "s")
+    assert r.exit_code == 2 and "not UTF-8" in r.output
+    r = run("--db", db, "add", "-f", str(tmp_path), "-s", "s")
+    assert r.exit_code == 2 and "not a file" in r.output

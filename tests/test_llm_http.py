@@ -307,3 +307,33 @@ def test_bad_url_is_a_provider_error() -> None:
     with pytest.raises(ProviderError, match="not a usable URL") as err:
         fast("ftp://127.0.0.1:1/v1").chat(Q)
     assert err.value.endpoint == "ftp://127.0.0.1:1/v1/chat/completions"
+
+
+# -- replies are not trusted as given ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("content", [None, "", "  \n"])
+def test_a_reply_with_no_text_is_a_failed_call_not_an_empty_answer(content: object) -> None:
+    body = chat_body("x")
+    body["choices"][0]["message"]["content"] = content
+    with FakeOpenAI([Reply(body=body)]) as srv:
+        ledger = Ledger()
+        with pytest.raises(ProviderError, match="no text"):
+            fast(srv.base_url).chat(Q, ledger=ledger)
+    assert not ledger.records[0].ok  # billed for the prompt, marked failed
+
+
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": 10**12, "completion_tokens": 3},
+    {"prompt_tokens": 11, "completion_tokens": 10**9},
+    {"prompt_tokens": -5, "completion_tokens": 3},
+    {"prompt_tokens": "11", "completion_tokens": 3},
+])
+def test_absurd_usage_is_not_billed_the_tokens_are_counted_here(usage: dict[str, object]) -> None:
+    body = chat_body("Paris")
+    body["usage"] = usage
+    with FakeOpenAI([Reply(body=body)]) as srv:
+        out = fast(srv.base_url, prices=Price(1.0, 2.0)).chat(Q)
+    assert out.record.usage_counted is True
+    assert out.record.input_tokens < 100 and out.record.output_tokens < 10
+    assert out.record.cost_usd < 1e-3

@@ -148,11 +148,19 @@ def _filter(ident: Identity, session: str | None, speaker: str | None, kind: str
     return None if flt.empty else flt
 
 
-def _check_query(query: object, what: str = "query") -> str:
+MAX_COUNT = 1_000_000
+"""Largest k, limit or offset a read takes: far above any real need, far below overflow."""
+
+
+def _check_query(query: object, what: str = "query", *, empty_ok: bool = False) -> str:
     if not isinstance(query, str):
         raise InvalidQueryError(f"{what} must be a string, got {type(query).__name__}")
-    if not query.strip():
+    if not empty_ok and not query.strip():
         raise InvalidQueryError(f"{what} is empty")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidQueryError(f"{what} is not valid text (invalid UTF-8 or a lone surrogate)") from None
     return query
 
 
@@ -163,6 +171,8 @@ def _check_count(value: object, name: str, *, allow_none: bool = True) -> int | 
         raise InvalidQueryError(f"{name} must be a whole number, got {value!r}")
     if value < 0:
         raise InvalidQueryError(f"{name} must not be negative, got {value}")
+    if value > MAX_COUNT:
+        raise InvalidQueryError(f"{name} is {value}; at most {MAX_COUNT:,}")
     return value
 
 
@@ -487,8 +497,7 @@ class Memory:
         ``agent=True`` keeps the newest items verbatim first (agent mode). An empty query
         renders the timeline alone.
         """
-        if not isinstance(query, str):
-            raise InvalidQueryError(f"query must be a string, got {type(query).__name__}")
+        query = _check_query(query, empty_ok=True)
         ident = identity(scope, user_id, agent_id, run_id)
         flt = _filter(ident, session, speaker, kind, role, since, until, meta)
         config = _config(render, RenderConfig, "render", self.render_config)

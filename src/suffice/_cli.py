@@ -560,7 +560,11 @@ def ask(
         if as_json:
             print_json({"answer": ans.text, "receipt": asdict(r)})
             return
-        say(ans.text if not r.degraded else f"(no answer: the model failed) {ans.text}", "bold")
+        failed = r.path == "fast" and any(c.stage == "answer" and not c.ok for c in r.calls)
+        if failed:  # the library's stand-in (the top evidence) is shown as what it is
+            say(f"(no answer: the model failed) best matching item: {ans.text}", "yellow")
+        else:
+            say(ans.text, "bold")
         routed = (f", router {r.router} {r.router_score:.2f} vs tau {r.tau}"
                   if r.router_score is not None else "")
         say(f"path {r.path} (mode {r.mode}{routed}) | model {r.model} | {r.input_tokens} in + "
@@ -572,7 +576,7 @@ def ask(
                 f"{'relevant' if b.relevant else 'nothing relevant'} ({b.latency_ms:.0f} ms)", "dim")
         for n in r.notes:
             say(f"note: {n}", "yellow")
-        if r.degraded and r.path == "fast" and any(c.stage == "answer" and not c.ok for c in r.calls):
+        if failed:
             raise typer.Exit(1)
 
 

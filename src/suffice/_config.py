@@ -65,25 +65,26 @@ class StoreConfig(_Config):
     rebuild``), which re-derives the views from the items without re-ingesting anything.
     """
 
-    unit_tokens: int = Field(2000, gt=0, description=(
+    unit_tokens: int = Field(2000, gt=0, le=10_000_000, description=(
         "U: a unit packs consecutive items of one session to about this many o200k tokens "
         "(FlexA-Mem; 1,000 suits agent steps)."))
-    piece_max_tokens: int = Field(64, gt=0, description=(
+    piece_max_tokens: int = Field(64, gt=0, le=10_000_000, description=(
         "Items longer than this are cut into sentence pieces, so BM25 can point inside them."))
     index_header: bool = Field(True, description=(
         "Index speaker and date with each piece; measured to add 2-3 points on LoCoMo."))
-    block_tokens: int = Field(512, gt=0, description=(
+    block_tokens: int = Field(512, gt=0, le=10_000_000, description=(
         "Size of a deep-path block: a 0.5B CPU reader takes ~4 s per 512-token block."))
-    block_stride: int = Field(256, gt=0, description=(
+    block_stride: int = Field(256, gt=0, le=10_000_000, description=(
         "Stride between blocks; half the size, so every item lies in one or two blocks."))
-    links_per_unit: int = Field(3, ge=0, description=(
+    links_per_unit: int = Field(3, ge=0, le=1_000, description=(
         "m: most similar earlier units linked once, when a unit closes."))
-    record_tokens: int = Field(40, gt=0, description=(
+    record_tokens: int = Field(40, gt=0, le=100_000, description=(
         "A record (one timeline line) is cut to this many tokens, so the timeline stays compact."))
     encoder: str = Field("", description=(
         "Name of the model that made the store's vectors ('' until the first vector is "
         "written); a store never mixes vectors of two encoders."))
-    encoder_dim: int = Field(0, ge=0, description="Dimension of the store's vectors (0: none yet).")
+    encoder_dim: int = Field(0, ge=0, le=100_000, description=(
+        "Dimension of the store's vectors (0: none yet)."))
 
     @model_validator(mode="after")
     def _blocks_cover(self) -> Self:
@@ -104,18 +105,19 @@ class StoreConfig(_Config):
 class RetrievalConfig(_Config):
     """The shared prefix: BM25 over pieces and dense cosine over items, fused."""
 
-    k: int = Field(10, ge=0, description=(
+    k: int = Field(10, ge=0, le=1_000_000, description=(
         "Hits a search returns, and the evidence C_f the router and the deep path read "
         "(Router-Mem proposes K = 10)."))
-    candidate_k: int = Field(100, gt=0, description="How deep each ranker ranks items before fusion.")
+    candidate_k: int = Field(100, gt=0, le=1_000_000, description=(
+        "How deep each ranker ranks items before fusion."))
     fusion: FusionMethod = Field("rrf", description=(
         "Reciprocal-rank fusion is robust to the two scorers' different scales; 'weighted' "
         "mixes min-max BM25 with cosine (A-Mem's hybrid)."))
-    rrf_k: int = Field(60, gt=0, description=(
+    rrf_k: int = Field(60, gt=0, le=1_000_000, description=(
         "The usual RRF constant; damps the weight of the very top ranks."))
     bm25_weight: float = Field(0.5, ge=0.0, le=1.0, description=(
         "For fusion='weighted': w in w*BM25_minmax + (1-w)*cosine."))
-    dense_scan_items: int = Field(20000, gt=0, description=(
+    dense_scan_items: int = Field(20000, gt=0, le=1_000_000_000, description=(
         "Item vectors are scored one by one up to this many items; above, only those of the "
         "units closest to the query (a fifth as many), so latency stays flat as the log grows."))
 
@@ -132,12 +134,13 @@ class RenderConfig(_Config):
         "rho: share of the memory budget given to the timeline of records (0.5 for agents)."))
     link_discount: float = Field(0.5, ge=0.0, le=1.0, description=(
         "lambda: priority passed along a link per hop (0.9 for agents)."))
-    link_hops: int = Field(1, ge=0, description=(
+    link_hops: int = Field(1, ge=0, le=100, description=(
         "H: how many links priority travels from a seed; one hop keeps the spread local."))
-    seeds: int = Field(10, gt=0, description="k: top units by seed score that start the priorities.")
+    seeds: int = Field(10, gt=0, le=1_000_000, description=(
+        "k: top units by seed score that start the priorities."))
     seed_hit_weight: float = Field(0.5, ge=0.0, le=1.0, description=(
         "Seed score = (1-w)*unit cosine + w*prefix-hit mass of the unit; 0 is the paper's cosine only."))
-    excerpt_tokens: int = Field(300, gt=0, description=(
+    excerpt_tokens: int = Field(300, gt=0, le=10_000_000, description=(
         "E: size of an excerpt centred on a unit's best piece."))
     recent_share: float = Field(0.25, ge=0.0, le=1.0, description=(
         "Agent mode: share of B kept for the newest items verbatim (FlexA-Mem: 0.25)."))
@@ -146,11 +149,11 @@ class RenderConfig(_Config):
         "then whole units while they fit, so more units get a look)."))
     excerpts: bool = Field(True, description=(
         "Unit recovery may show an excerpt when the raw unit does not fit (off only for ablations)."))
-    piece_whole_item_tokens: int = Field(128, gt=0, description=(
+    piece_whole_item_tokens: int = Field(128, gt=0, le=10_000_000, description=(
         "Piece recovery shows a hit's whole item up to this size: a piece of a short turn reads badly."))
     piece_unit_boost: float = Field(1.0, ge=0.0, description=(
         "Piece order adds this times the unit's priority, in units of a top RRF rank."))
-    candidate_pieces: int = Field(300, gt=0, description=(
+    candidate_pieces: int = Field(300, gt=0, le=1_000_000, description=(
         "BM25 pieces and dense items the render ranks at least; large budgets rank one per "
         "four tokens of the cap."))
     short_headers: bool = Field(True, description=(
@@ -173,28 +176,29 @@ class EngineConfig(_Config):
 
     tau: float = Field(0.5, ge=0.0, le=1.0, description=(
         "Router threshold: auto answers from the prefix when the sufficiency score reaches it."))
-    reader_budget: int = Field(1000, ge=0, description=(
+    reader_budget: int = Field(1000, ge=0, le=10_000_000, description=(
         "Token budget of the reader's context; LoCoMo evidence fits in ~1k, and a small CPU "
         "model reads ~130 tokens/s, so every 1k tokens costs about 8 s."))
     context: FastContext = Field("render", description=(
         "Fast path context: the budgeted render (timeline + detail) or the prefix hits in rank order."))
-    context_depth: int = Field(60, gt=0, description=(
+    context_depth: int = Field(60, gt=0, le=1_000_000, description=(
         "Prefix hits the 'prefix' context may take; 60 short turns fill a 1k budget."))
-    answer_max_tokens: int = Field(48, gt=0, description=(
+    answer_max_tokens: int = Field(48, gt=0, le=100_000, description=(
         "Longest answer the reader may write; memory answers are a phrase or a sentence."))
-    anchor_blocks: int = Field(2, gt=0, description=(
+    anchor_blocks: int = Field(2, gt=0, le=1_000, description=(
         "A: blocks with the most hit mass that anchor the deep path."))
-    max_blocks: int = Field(4, gt=0, description=(
+    max_blocks: int = Field(4, gt=0, le=1_000, description=(
         "N_max: anchors plus temporal neighbours are capped at this count."))
-    concurrency: int = Field(4, gt=0, description="Deep-path memory agents run at most this many at once.")
+    concurrency: int = Field(4, gt=0, le=1_000, description=(
+        "Deep-path memory agents run at most this many at once."))
     notes_share: float = Field(0.5, ge=0.0, le=1.0, description=(
         "Share of the deep reader's context given to the agents' notes; the fast context fills the rest."))
     resolve_dates: bool = Field(True, description=(
         "Deep path: quoted turns also state their relative time phrases against the turn's "
         "own time, by rule (no model call)."))
-    agent_block_tokens: int = Field(1800, gt=0, description=(
+    agent_block_tokens: int = Field(1800, gt=0, le=1_000_000, description=(
         "A block is cut to this many tokens before its agent reads it (a 2k-context model's room)."))
-    agent_max_tokens: int = Field(160, gt=0, description="Longest note a block agent may write.")
+    agent_max_tokens: int = Field(160, gt=0, le=100_000, description="Longest note a block agent may write.")
     agent_grounding: float = Field(0.7, ge=0.0, le=1.0, description=(
         "An agent's copied line is kept when this share of its own content words occurs in one "
         "block item; lower lets guesses through, higher drops paraphrased copies."))

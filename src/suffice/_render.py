@@ -49,6 +49,8 @@ from ._types import Context, ContextPart, Filter, Item, Unit
 
 MODES: tuple[RenderMode, ...] = ("unit", "piece", "unit+piece", "timeline")
 RECENT_LABEL = "# Recent items"
+MAX_BUDGET = 10_000_000
+"""Largest budget a render takes, in tokens."""
 _HEADER_TIME = re.compile(r"^# \[([^\]]*)\] ")
 CUT = "…"
 
@@ -221,6 +223,8 @@ def _check_budget(budget_tokens: object) -> int:
     b = int(budget_tokens)
     if b < 0:
         raise BudgetError(f"budget_tokens must not be negative, got {b}; pass 0 for an empty context")
+    if b > MAX_BUDGET:
+        raise BudgetError(f"budget_tokens is {b}; at most {MAX_BUDGET:,} (no model reads more)")
     return b
 
 

@@ -66,6 +66,12 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _plausible(local_count: int) -> int:
+    """The most tokens a server may report for text we count as ``local_count``: tokenizers
+    differ (and chat templates add tokens), but not by an order of magnitude."""
+    return 4 * local_count + 512
+
+
 MAX_BACKOFF_S = 8.0
 """Longest pause between two attempts, whatever the back-off doubling reaches."""
 
@@ -243,12 +249,16 @@ class OpenAIHTTP:
         self, data: dict[str, Any], messages: Sequence[Message], text: str
     ) -> tuple[int, int, bool]:
         usage = data.get("usage")
+        local_in, local_out = count_message_tokens(messages), _count(text)
         if isinstance(usage, dict):
             n_in = _int(usage.get("prompt_tokens"))
             n_out = _int(usage.get("completion_tokens"))
-            if n_in is not None and n_out is not None:
+            # Usage far beyond what was sent and received is not believed (a broken or hostile
+            # server must not inflate the bill): the tokens are counted here instead.
+            if (n_in is not None and n_out is not None and n_in <= _plausible(local_in)
+                    and n_out <= _plausible(local_out)):
                 return n_in, n_out, False
-        return count_message_tokens(messages), _count(text), True
+        return local_in, local_out, True
 
     def _billed(self, exc: ProviderError, data: dict[str, Any],
                 messages: Sequence[Message]) -> tuple[int, int, bool]:
@@ -302,7 +312,12 @@ class OpenAIHTTP:
             choice = self._first_choice(data)
             message = choice.get("message")
             if isinstance(message, dict):
-                text = message.get("content") or ""
+                text = message.get("content")
+                if text is None or (isinstance(text, str) and not text.strip()):
+                    raise ProviderError(
+                        f"{self.chat_url} returned a message with no text (content "
+                        f"{text!r}, finish_reason {choice.get('finish_reason')!r})",
+                        endpoint=self.chat_url, status=200)
             elif isinstance(choice.get("text"), str):  # completions-style servers
                 text = choice["text"]
             else:
