@@ -231,3 +231,30 @@ def test_every_knob_is_a_setting_with_the_papers_defaults_for_chat_and_agents() 
     assert (engine.tau, engine.anchor_blocks, engine.max_blocks, engine.reader_budget) == (0.5, 2, 4, 1000)
     with pytest.raises(ConfigError, match="mode"):
         RenderConfig(mode="everything")  # type: ignore[arg-type]
+
+
+def test_a_huge_item_renders_and_searches_in_bounded_work(tmp_path: Path, embedder, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import random
+
+    import suffice._render as render_module
+    rnd = random.Random(1)
+    words = "river gauge flood model rainfall forecast station weekend trip conference tea".split()
+    sentences = [" ".join(rnd.choice(words) for _ in range(rnd.randint(6, 18))).capitalize() + "."
+                 for _ in range(12_000)]
+    sentences[7_000] = "Dana finally bought the red kayak for the wedding in October."
+    text = " ".join(sentences)  # ~1 MB, thousands of pieces
+    with Memory(tmp_path / "big.db", embedder=embedder) as mem:
+        mem.add(text, scope="b")
+        calls = {"n": 0}
+        counting = render_module.count_tokens
+
+        def counted(s: str) -> int:
+            calls["n"] += 1
+            return counting(s)
+        monkeypatch.setattr(render_module, "count_tokens", counted)
+        ctx = mem.render("red kayak wedding October", 500, scope="b")
+        assert "Dana finally bought the red kayak for the wedding in October." in ctx.text
+        assert ctx.tokens <= ctx.cap and calls["n"] < 500  # not once per piece of the item
+        ev = mem.search("red kayak wedding", scope="b")
+        assert ev.hits[0].item.text == text  # the hit carries the whole item...
+        assert "red kayak" in ev.text and len(ev.text) < 2_000  # ...the evidence context its best piece

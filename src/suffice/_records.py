@@ -82,31 +82,37 @@ def _is_content(word: str, names: set[str]) -> bool:
     return len(word) >= 3 and word not in STOPWORDS and not word.isdigit() and word not in names
 
 
+GIST_CHARS = 100_000
+"""The rule reads at most this much of each item: a record is one line, and a huge item must
+not make every render of its open unit slow (no chat or agent turn measured here is longer)."""
+
+
 def _gist(items: Sequence[Item]) -> str:
     """Keywords (most frequent content words) and the first sentence that says something."""
     names = {w for it in items for w in words(it.speaker or "")}
+    texts = [it.text[:GIST_CHARS] for it in items]
     counts: dict[str, int] = {}
     first: dict[str, int] = {}
     pos = 0
-    for it in items:
-        for w in words(it.text):
+    for text in texts:
+        for w in words(text):
             if _is_content(w, names):
                 counts[w] = counts.get(w, 0) + 1
                 first.setdefault(w, pos)
                 pos += 1
     keywords = sorted(counts, key=lambda w: (-counts[w], first[w]))[:4]
     opening = ""
-    for it in items:
-        for s, e in sentence_spans(it.text):
-            sentence = it.text[s:e]
+    for text in texts:
+        for s, e in sentence_spans(text):
+            sentence = text[s:e]
             if sum(_is_content(w, names) for w in words(sentence)) >= 3:
                 opening = sentence
                 break
         if opening:
             break
     if not opening:
-        opening = items[0].text
-    opening = _SPACE.sub(" ", opening).strip()
+        opening = texts[0][:GIST_CHARS // 100]
+    opening = _SPACE.sub(" ", opening[:GIST_CHARS // 100]).strip()
     return f"{', '.join(keywords)} | {opening}" if keywords else opening
 
 

@@ -49,6 +49,10 @@ from ._types import Context, ContextPart, Filter, Item, Unit
 
 MODES: tuple[RenderMode, ...] = ("unit", "piece", "unit+piece", "timeline")
 RECENT_LABEL = "# Recent items"
+EXACT_PIECES = 64
+"""Items of up to this many pieces have partial lines counted exactly; longer ones estimated."""
+MAX_MISSES = 32
+"""Pieces of one many-piece item tried in a row without one fitting before moving on."""
 MAX_BUDGET = 10_000_000
 """Largest budget a render takes, in tokens."""
 _HEADER_TIME = re.compile(r"^# \[([^\]]*)\] ")
@@ -87,6 +91,8 @@ class _Lines:
         """Per unit: the time its record header states, which its item lines need not repeat."""
         self.shown: dict[int, set[int]] = {}
         self._cost: dict[tuple[int, frozenset[int]], int] = {}
+        self._piece_tokens: dict[tuple[int, int], int] = {}
+        self._spans: dict[int, dict[int, tuple[int, int]]] = {}
 
     def head(self, item: Item) -> str:
         if item.observed_at and self.header_time:
@@ -132,21 +138,55 @@ class _Lines:
             # 21k LoCoMo, BEAM and PyPI lines: exact for 97%, otherwise off by one either way;
             # the exact count of the assembled context settles the rest.
             item = self.items[seq]
-            head = self.head(item)
-            if not head:
+            if not self.head(item):
                 return item.tokens + 1
-            with self.cache.lock:
-                h = self.cache.head_cost.get(head)
-            if h is None:
-                h = count_tokens(head)
-                with self.cache.lock:
-                    self.cache.head_cost[head] = h
-            return h + item.tokens + (0 if item.text[:1].isalpha() else 1) + 1
+            return self._head_tokens(item) + item.tokens + (0 if item.text[:1].isalpha() else 1) + 1
+        if len(self.all_pieces(seq)) > EXACT_PIECES:
+            return self._estimate(seq, shown)
         key = (seq, frozenset(shown))
         c = self._cost.get(key)
         if c is None:
             c = self._cost[key] = count_tokens(self.line(seq, shown)) + 1
         return c
+
+    def _estimate(self, seq: int, shown: set[int]) -> int:
+        """Tokens of a partly shown line of a many-piece item, from its pieces' own counts.
+
+        Counting the whole line again for every piece tried made a render of one huge item
+        quadratic. A piece's tokens plus two per cut (the ellipsis and its space) bound the
+        line from above in practice; the exact count of the assembled context settles the rest.
+        """
+        item = self.items[seq]
+        spans = self._spans.get(seq)
+        if spans is None:
+            spans = self._spans[seq] = {idx: (a, b) for idx, a, b in self.all_pieces(seq)}
+        total = self._head_tokens(item) + 1
+        runs = 0
+        prev = None
+        for q in sorted(shown):
+            key = (seq, q)
+            n = self._piece_tokens.get(key)
+            if n is None:
+                a, b = spans[q]
+                n = self._piece_tokens[key] = count_tokens(item.text[a:b].strip())
+            total += n
+            if prev is None or q != prev + 1:
+                runs += 1
+            prev = q
+        return total + 2 * (runs + 1)
+
+    def _head_tokens(self, item: Item) -> int:
+        """Tokens of the item's head (``[time] speaker:``), shared by every render of the scope."""
+        head = self.head(item)
+        if not head:
+            return 0
+        with self.cache.lock:
+            h = self.cache.head_cost.get(head)
+        if h is None:
+            h = count_tokens(head)
+            with self.cache.lock:
+                self.cache.head_cost[head] = h
+        return h
 
     def delta(self, seq: int, add: Iterable[int]) -> int:
         cur = self.shown.get(seq, set())
@@ -726,7 +766,12 @@ def _piece_recovery(call: _Call, scores: _Scores, stream: _Stream, lines: _Lines
             todo = [p]
         else:  # a dense hit (it matched the whole item) or a piece of a short item: all of it
             todo = [q[0] for q in spans]
+        misses = 0
         for q in todo:
+            # A huge item has thousands of pieces: stop trying once nothing more fits, or
+            # after a run of pieces that did not.
+            if left < min_line or (misses >= MAX_MISSES and len(todo) > EXACT_PIECES):
+                break
             if q in lines.shown.get(seq, set()):
                 continue
             u = unit_of[seq]
@@ -736,6 +781,9 @@ def _piece_recovery(call: _Call, scores: _Scores, stream: _Stream, lines: _Lines
                 stream.add_detail(u)
                 detail.append(_Part("piece", u, sc, f"piece score {sc:.4f}", (seq,), {seq: {q}}, c))
                 left -= c
+                misses = 0
+            else:
+                misses += 1
     return left
 
 

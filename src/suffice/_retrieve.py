@@ -33,6 +33,9 @@ from ._views import ScopeViews
 Method = Literal["bm25", "dense", "fused", "recency"]
 METHODS: tuple[Method, ...] = ("bm25", "dense", "fused", "recency")
 
+EVIDENCE_ITEM_TOKENS = 512
+"""An item longer than this appears in the evidence context by its best piece, not whole."""
+
 _EMPTY_SEQS = np.zeros(0, dtype=np.int64)
 _EMPTY_MATRIX = np.zeros((0, 0), dtype=np.float32)
 
@@ -370,10 +373,17 @@ class Retriever:
         self.check_unchanged(idx)
         best, bm = ranking.best_piece, ranking.bm25
         cos = dict(ranking.dense[:ranking.candidate_k])
+        long = [q for q, it in items.items() if it.tokens > EVIDENCE_ITEM_TOKENS]
+        spans = self.store.pieces(ranking.scope, long) if long else {}
+        excerpt: dict[int, str] = {}
+        for q in long:  # the item's best BM25 piece, else its first
+            pieces = {idx: (a, b) for idx, a, b in spans.get(q, [])}
+            a, b = pieces.get(best.get(q, 0), pieces.get(0, (0, len(items[q].text))))
+            excerpt[q] = items[q].text[a:b].strip()
         hits = tuple(
             Hit(item=items[seq], score=score, rank=r, source=ranking.method, piece=best.get(seq),
                 unit=views.unit_of[seq], blocks=views.blocks_of(seq), bm25_score=bm.get(seq),
-                dense_score=cos.get(seq))
+                dense_score=cos.get(seq), excerpt=excerpt.get(seq))
             for r, (seq, score) in enumerate(zip(chosen, ranking.scores, strict=False))
             if seq in items)
         timings = dict(ranking.timings_ms)

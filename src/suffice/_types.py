@@ -130,6 +130,8 @@ class Hit:
     blocks: tuple[int, ...]
     bm25_score: float | None = None
     dense_score: float | None = None
+    excerpt: str | None = None
+    """For a very long item, the part of it the evidence context shows (its best piece)."""
 
     @property
     def item_id(self) -> str:
@@ -160,7 +162,15 @@ class Evidence:
 
     @property
     def text(self) -> str:
-        return "\n".join(item.render() for item in self.items)
+        """One line per hit in time order; a very long item shows its excerpt, not all of it."""
+        lines = []
+        for h in sorted(self.hits, key=lambda h: h.seq):
+            if h.excerpt is None:
+                lines.append(h.item.render())
+            else:
+                head = h.item.header()
+                lines.append(f"{head} … {h.excerpt} …" if head else f"… {h.excerpt} …")
+        return "\n".join(lines)
 
     def top(self, k: int) -> Evidence:
         """The first ``k`` hits as an Evidence of their own."""

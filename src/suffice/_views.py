@@ -16,7 +16,7 @@ import numpy as np
 from ._config import StoreConfig
 from ._errors import StoreError
 from ._text import sentence_spans
-from ._tokens import count_tokens
+from ._tokens import count_many, count_tokens
 from ._types import Block, Unit
 
 
@@ -32,8 +32,11 @@ def piece_spans(text: str, max_tokens: int, count: Callable[[str], int] = count_
     out: list[tuple[int, int]] = []
     cur_start, cur_tokens = -1, 0
     cur_end = 0
-    for start, end in sentence_spans(text):
-        n = count(text[start:end])
+    sentences = sentence_spans(text)
+    # One batch call for every sentence: a long item has tens of thousands of them.
+    sizes = (count_many([text[a:b] for a, b in sentences]) if count is count_tokens
+             else [count(text[a:b]) for a, b in sentences])
+    for (start, end), n in zip(sentences, sizes, strict=True):
         if n > max_tokens:
             if cur_start >= 0:
                 out.append((cur_start, cur_end))
