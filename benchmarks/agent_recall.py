@@ -38,7 +38,7 @@ class NumberedBlockReader:
         self.llm, self.max_block_tokens, self.max_tokens = llm, max_block_tokens, max_tokens
 
     def read(self, question: str, block: Block, items: Sequence[Item], hit_seqs: set[int],
-             *, ledger: Ledger | None = None) -> AgentNote:
+             *, ledger: Ledger | None = None, deadline: float | None = None) -> AgentNote:
         t0 = time.perf_counter()
         text = truncate("\n".join(f"{i}. {it.render()}" for i, it in enumerate(items, 1)),
                         self.max_block_tokens)
@@ -49,7 +49,7 @@ class NumberedBlockReader:
             {"role": "user", "content": f"Excerpt:\n{text}\n\nQuestion: {question}\n\n"
              "Numbers of the lines that help:"}]
         out = self.llm.chat(messages, max_tokens=self.max_tokens, stage="block_agent",
-                            ledger=ledger).text
+                            ledger=ledger, deadline=deadline).text
         picked: list[Item] = []
         for n in re.findall(r"\d+", out)[:3]:
             i = int(n) - 1

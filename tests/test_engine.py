@@ -171,7 +171,7 @@ def test_a_router_score_outside_0_1_sends_the_query_deep(memory, bad):
     class Odd:
         name, input_budget = "odd", 10_000
 
-        def score(self, query, evidence, *, ledger=None):
+        def score(self, query, evidence, *, ledger=None, deadline=None):
             return RouterDecision(bad, "odd", 0.0)
 
     r = memory.ask(llm=reader(), router=Odd(), question="Kyoto trip", scope="dana", mode="auto").receipt
@@ -182,7 +182,7 @@ def test_a_crashing_router_sends_the_query_deep(memory):
     class Broken:
         name, input_budget = "broken", 10_000
 
-        def score(self, query, evidence, *, ledger=None):
+        def score(self, query, evidence, *, ledger=None, deadline=None):
             raise KeyError("feature")
 
     r = memory.ask(llm=reader(), router=Broken(), question="Kyoto trip", scope="dana", mode="auto").receipt

@@ -512,7 +512,7 @@ class Memory:
     def ask(self, question: str, *, scope: str | None = None, user_id: str | None = None,
             agent_id: str | None = None, run_id: str | None = None, llm: LLM | None = None,
             mode: Mode = "fast", router: SufficiencyRouter | None = None, tau: float | None = None,
-            budget: int | None = None, engine: EngineConfig | None = None,
+            budget: int | None = None, timeout: float | None = None, engine: EngineConfig | None = None,
             retrieval: RetrievalConfig | None = None, render: RenderConfig | None = None,
             agent: MemoryAgent | None = None, session: str | None = None, speaker: str | None = None,
             kind: str | None = None, role: str | None = None, since: TimeLike | None = None,
@@ -522,8 +522,9 @@ class Memory:
         ``mode``: ``fast`` answers from the prefix's context at once, ``deep`` reads blocks with
         memory agents, ``auto`` lets ``router`` decide with threshold ``tau`` (default router:
         retrieval signals, no model call). Without ``llm`` the memory's model is used (the
-        local shipped model when none was given, loaded once). ``tau`` and ``budget`` override
-        those two fields of the engine config for this call.
+        local shipped model when none was given, loaded once). ``tau``, ``budget`` and
+        ``timeout`` (seconds for the whole query, every model call included) override those
+        fields of the engine config for this call.
         """
         question = _check_query(question, "question")
         ident = identity(scope, user_id, agent_id, run_id)
@@ -534,6 +535,9 @@ class Memory:
             changes["tau"] = tau
         if budget is not None:
             changes["reader_budget"] = budget
+        if timeout is not None:  # whole seconds are seconds too
+            is_int = isinstance(timeout, int) and not isinstance(timeout, bool)
+            changes["timeout_s"] = float(timeout) if is_int else timeout
         if changes:
             config = config.replace(**changes)
         self._require(ident.scope)

@@ -534,6 +534,9 @@ def ask(
         help="signals (retrieval signals, no model call) or lm (zero-shot), for --mode auto.")
     ] = "signals",
     budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
+    timeout: Annotated[float | None, typer.Option(
+        help="Seconds for the whole query, every model call included; then it answers from what it has.")
+    ] = None,
     provider: ProviderOpt = "local",
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
@@ -555,7 +558,8 @@ def ask(
             from ._route.sufficiency import LMRouter, ScoreRouter
             rt = LMRouter(llm) if router == "lm" else ScoreRouter()
         ans = mem.ask(question, **where(scope, user, agent, run), llm=llm, mode=mode, router=rt,
-                      tau=tau, budget=budget, **filters(session, speaker, kind, since, until, meta))
+                      tau=tau, budget=budget, timeout=timeout,
+                      **filters(session, speaker, kind, since, until, meta))
         r = ans.receipt
         if as_json:
             print_json({"answer": ans.text, "receipt": asdict(r)})

@@ -174,6 +174,10 @@ class RenderConfig(_Config):
 class EngineConfig(_Config):
     """Progressive execution (Router-Mem): prefix, router, and the deep path's blocks and agents."""
 
+    timeout_s: float | None = Field(None, gt=0.0, le=86_400.0, description=(
+        "One deadline for the whole query, every model call included (a reply still streaming "
+        "in too); when it passes the engine answers from what it has and the receipt says so. "
+        "None: no deadline beyond each model's own timeouts."))
     tau: float = Field(0.5, ge=0.0, le=1.0, description=(
         "Router threshold: auto answers from the prefix when the sufficiency score reaches it."))
     reader_budget: int = Field(1000, ge=0, le=10_000_000, description=(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -117,7 +117,8 @@ class MemoryAgent(Protocol):
     """Reads one block for a question. Pluggable: an LLM reader now, tiered pipelines later."""
 
     def read(self, question: str, block: Block, items: Sequence[Item], hit_seqs: set[int],
-             *, ledger: Ledger | None = None) -> AgentNote:
+             *, ledger: Ledger | None = None, deadline: float | None = None) -> AgentNote:
+        """Notes on ``block`` for ``question``; model calls must end by ``deadline``."""
         ...
 
 
@@ -138,16 +139,17 @@ class LLMBlockReader:
         self.grounding = grounding
 
     def read(self, question: str, block: Block, items: Sequence[Item], hit_seqs: set[int],
-             *, ledger: Ledger | None = None) -> AgentNote:
+             *, ledger: Ledger | None = None, deadline: float | None = None) -> AgentNote:
         t0 = time.perf_counter()
         lines = [("* " if it.seq in hit_seqs else "") + it.render() for it in items]
         text = truncate("\n".join(lines), self.max_block_tokens)
         try:
             out = self.llm.chat(block_agent_messages(question, text), max_tokens=self.max_tokens,
-                                stage="block_agent", ledger=ledger).text
+                                stage="block_agent", ledger=ledger, deadline=deadline).text
         except ProviderError as exc:
             return AgentNote(block.index, block.first_seq, block.last_seq, "", "", False,
-                             (time.perf_counter() - t0) * 1e3, ok=False, error=str(exc))
+                             (time.perf_counter() - t0) * 1e3, ok=False,
+                             error=f"{type(exc).__name__}: {exc}")
         return AgentNote.quoting(block, cited_items(out, items, question, self.grounding),
                                  (time.perf_counter() - t0) * 1e3)
 
@@ -182,7 +184,7 @@ def cited_items(output: str, items: Sequence[Item], question: str,
 
 def run_agents(agent: MemoryAgent, question: str, blocks: Sequence[ChosenBlock],
                block_items: dict[int, list[Item]], hit_seqs: set[int], *, concurrency: int,
-               ledger: Ledger | None = None) -> list[AgentNote]:
+               ledger: Ledger | None = None, deadline: float | None = None) -> list[AgentNote]:
     """One agent per block, at most ``concurrency`` at once; notes come back in time order.
 
     Each agent gets a ledger of its own, so every note carries the calls that made it; they
@@ -193,7 +195,8 @@ def run_agents(agent: MemoryAgent, question: str, blocks: Sequence[ChosenBlock],
         own = Ledger()
         t0 = time.perf_counter()
         try:
-            note = agent.read(question, cb.block, block_items[cb.block.index], hit_seqs, ledger=own)
+            note = agent.read(question, cb.block, block_items[cb.block.index], hit_seqs, ledger=own,
+                              deadline=deadline)
         except Exception as exc:  # an agent bug must not sink the query: degrade to no note
             note = AgentNote(cb.block.index, cb.block.first_seq, cb.block.last_seq, "", "", False,
                              (time.perf_counter() - t0) * 1e3, ok=False,
@@ -202,8 +205,20 @@ def run_agents(agent: MemoryAgent, question: str, blocks: Sequence[ChosenBlock],
 
     if not blocks:
         return []
-    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(blocks)))) as pool:
-        notes = sorted(pool.map(one, blocks), key=lambda n: n.first_seq)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(blocks))),
+                              thread_name_prefix="suffice-agent")
+    futures = {pool.submit(one, cb): cb for cb in blocks}
+    left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    done, late = wait(futures, timeout=left)
+    # An agent still reading at the deadline is not waited for: its block counts as failed.
+    pool.shutdown(wait=not late, cancel_futures=True)
+    notes = [f.result() for f in done]
+    for f in late:
+        cb = futures[f]
+        notes.append(AgentNote(cb.block.index, cb.block.first_seq, cb.block.last_seq, "", "", False,
+                               (left or 0.0) * 1e3, ok=False,
+                               error="DeadlineError: the query's deadline passed while the agent read"))
+    notes.sort(key=lambda n: n.first_seq)
     if ledger is not None:
         for n in notes:
             for call in n.calls:

@@ -26,7 +26,7 @@ from ._deep import (
     run_agents,
     with_dates,
 )
-from ._errors import ConfigError, ProviderError
+from ._errors import ConfigError, DeadlineError, ProviderError
 from ._llm.base import LLM, CallRecord, Ledger, Message
 from ._llm.parse import extract_answer
 from ._prompts import Style, aggregate_messages, answer_messages, choose_style, deep_context
@@ -85,6 +85,10 @@ class Receipt:
     blocks: tuple[BlockReceipt, ...] = ()
     degraded: bool = False
     notes: tuple[str, ...] = ()
+    deadline_s: float | None = None
+    """The query's deadline (``EngineConfig.timeout_s``), when it had one."""
+    out_of_time: tuple[str, ...] = ()
+    """Stages the deadline cut short (each fell back to a cheaper path; see ``notes``)."""
 
     @property
     def input_tokens(self) -> int:
@@ -170,6 +174,7 @@ class Engine:
         stages: dict[str, float] = {}
         notes: list[str] = []
         t0 = time.perf_counter()
+        clock = _Clock(config.timeout_s)
 
         # The one retrieval of this query: deep enough for the reader's context (render pieces,
         # or prefix hits to fill the budget); the router and the deep path see its top k hits,
@@ -186,7 +191,7 @@ class Engine:
         path: Path = "fast" if mode == "fast" else "deep"
         if mode == "auto":
             t = time.perf_counter()
-            decision = self._route(question, evidence, ledger)
+            decision = self._route(question, evidence, ledger, clock)
             stages["router"] = _ms(t)
             path = "fast" if decision.ok and decision.score >= tau else "deep"
             if not decision.ok:
@@ -196,7 +201,7 @@ class Engine:
         degraded = False
         if path == "deep":
             result, blocks = self._deep(question, scope, evidence, ranking, ranked, budget, style, ledger,
-                                        stages, notes, config, render, retrieval)
+                                        stages, notes, config, render, retrieval, clock)
             if result is None:  # every agent failed or nothing relevant: the fast path answers
                 path = "fast"  # the blocks stay on the receipt: they were read and paid for
                 degraded = True
@@ -204,14 +209,14 @@ class Engine:
                 text, parts, context_tokens = result
                 return self._finish(question, scope, mode, "deep", text, evidence, parts,
                                     context_tokens, ledger, stages, t0, decision, tau,
-                                    blocks, degraded, notes)
+                                    blocks, degraded, notes, clock)
 
         t = time.perf_counter()
         context, parts = self.fast_context(question, budget, ranking, ranked, config, render, retrieval)
         stages["context"] = _ms(t)
         t = time.perf_counter()
         text, ok = self._answer(answer_messages(question, context, style), ledger, "answer",
-                                config.answer_max_tokens)
+                                config.answer_max_tokens, clock)
         stages["answer"] = _ms(t)
         if not ok:
             degraded = True
@@ -219,35 +224,43 @@ class Engine:
             text = evidence.hits[0].item.text if evidence.hits else ""
         return self._finish(question, scope, mode, "fast", text, evidence, parts,
                             count_tokens(context), ledger, stages, t0, decision, tau,
-                            blocks, degraded, notes)
+                            blocks, degraded, notes, clock)
 
-    def _route(self, question: str, evidence: Evidence, ledger: Ledger) -> RouterDecision:
+    def _route(self, question: str, evidence: Evidence, ledger: Ledger, clock: _Clock) -> RouterDecision:
         """The router's decision; over its input budget or on any failure, ``ok=False`` (deep)."""
         refused = over_budget(count_tokens(evidence.text), self.router.input_budget)
         if refused is not None:
             return refused
+        if clock.passed():
+            clock.ran_out("router")
+            return RouterDecision(0.0, "the query's deadline passed before the router ran", 0.0, ok=False)
         try:
-            d = self.router.score(question, evidence, ledger=ledger)
+            d = self.router.score(question, evidence, ledger=ledger, deadline=clock.deadline)
         except Exception as exc:  # a pluggable router's bug must not sink the query
             return RouterDecision(0.0, f"router {self.router.name} failed "
                                   f"({type(exc).__name__}: {exc}); going deep", 0.0, ok=False)
+        if not d.ok and clock.passed():
+            clock.ran_out("router")
         if d.ok and not (isinstance(d.score, int | float) and 0.0 <= d.score <= 1.0):
             return RouterDecision(0.0, f"router {self.router.name} gave {d.score!r}, not a "
                                   "score in [0, 1]; going deep", d.latency_ms, ok=False)
         return d
 
     def _answer(self, messages: list[Message], ledger: Ledger, stage: str, max_tokens: int,
-                raw: bool = False) -> tuple[str, bool]:
+                clock: _Clock, raw: bool = False) -> tuple[str, bool]:
         try:
             out = self.llm.chat(messages, max_tokens=max_tokens * (3 if raw else 1),
-                                stage=stage, ledger=ledger)
+                                stage=stage, ledger=ledger, deadline=clock.deadline)
+        except DeadlineError as exc:
+            clock.ran_out(stage)
+            return str(exc), False
         except ProviderError as exc:
             return str(exc), False
         return (out.text if raw else extract_answer(out.text).strip()), True
 
     def _deep(self, question: str, scope: str, evidence: Evidence, ranking: Ranking, ranked: Evidence,
               budget: int, style: Style, ledger: Ledger, stages: dict[str, float], notes: list[str],
-              s: EngineConfig, render: RenderConfig, retrieval: RetrievalConfig
+              s: EngineConfig, render: RenderConfig, retrieval: RetrievalConfig, clock: _Clock
               ) -> tuple[tuple[str, tuple[ContextPart, ...], int] | None, tuple[BlockReceipt, ...]]:
         """(answer, parts, context tokens) or None when the deep path cannot answer; and the
         receipts of the blocks it read either way."""
@@ -268,8 +281,10 @@ class Engine:
                                              max_tokens=s.agent_max_tokens, grounding=s.agent_grounding)
         agent_notes = run_agents(agent, question, chosen, block_items,
                                  {h.seq for h in evidence.hits}, concurrency=s.concurrency,
-                                 ledger=ledger)
+                                 ledger=ledger, deadline=clock.deadline)
         stages["agents"] = _ms(t)
+        if any(not n.ok and "DeadlineError" in n.error for n in agent_notes):
+            clock.ran_out("agents")
         for n in agent_notes:
             if not n.ok:
                 notes.append(f"block {n.block} agent failed: {n.error}")
@@ -297,7 +312,7 @@ class Engine:
         if s.aggregator == "llm":
             t = time.perf_counter()
             text, ok = self._answer(aggregate_messages(question, body), ledger, "aggregate",
-                                    s.answer_max_tokens, raw=True)
+                                    s.answer_max_tokens, clock, raw=True)
             stages["aggregate"] = _ms(t)
             if ok:
                 text, conflicts = split_aggregate(text)
@@ -318,7 +333,7 @@ class Engine:
             stages["evidence"] = _ms(t)
             t = time.perf_counter()
             text, ok = self._answer(answer_messages(question, body, style), ledger, "aggregate",
-                                    s.answer_max_tokens)
+                                    s.answer_max_tokens, clock)
             stages["aggregate"] = _ms(t)
         if not ok:
             notes.append(f"aggregation failed ({text}); the fast path answered")
@@ -329,7 +344,11 @@ class Engine:
                 evidence: Evidence, parts: Sequence[ContextPart], context_tokens: int,
                 ledger: Ledger, stages: dict[str, float], t0: float,
                 decision: RouterDecision | None, tau: float, blocks: tuple[BlockReceipt, ...],
-                degraded: bool, notes: list[str]) -> Answer:
+                degraded: bool, notes: list[str], clock: _Clock) -> Answer:
+        if clock.missed:
+            degraded = True
+            notes.append(f"the query's deadline of {clock.timeout_s:g} s passed during: "
+                         + ", ".join(dict.fromkeys(clock.missed)))
         t_e2e = _ms(t0)
         writer = ANSWER_STAGE[path]
         t_mem = sum(v for k, v in stages.items() if k != writer)
@@ -340,9 +359,25 @@ class Engine:
             router=self.router.name if decision is not None else "",
             router_score=decision.score if decision else None,
             tau=tau if decision else None, router_reason=decision.reason if decision else "",
-            blocks=blocks, degraded=degraded, notes=tuple(notes),
+            blocks=blocks, degraded=degraded, notes=tuple(notes), deadline_s=clock.timeout_s,
+            out_of_time=tuple(dict.fromkeys(clock.missed)),
         )
         return Answer(text=text, receipt=receipt, evidence=evidence.items)
+
+
+class _Clock:
+    """One query's deadline, and the stages it cut short."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.missed: list[str] = []
+
+    def passed(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def ran_out(self, stage: str) -> None:
+        self.missed.append(stage)
 
 
 ANSWER_STAGE: dict[Path, str] = {"fast": "answer", "deep": "aggregate"}

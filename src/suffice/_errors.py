@@ -20,7 +20,8 @@ SufficeError
 │   ├── UnknownScopeError
 │   └── NotFoundError
 └── ProviderError               a model call failed
-    └── OutputParseError
+    ├── OutputParseError
+    └── DeadlineError           the query's deadline passed before or during the call
 ```
 """
 
@@ -102,3 +103,7 @@ class ProviderError(SufficeError):
 
 class OutputParseError(ProviderError):
     """A model answered, but not in the shape asked for, even after one re-ask."""
+
+
+class DeadlineError(ProviderError):
+    """The query's deadline passed before a model call could start or while it ran."""

@@ -8,10 +8,12 @@ router's single forward pass). Every call leaves a :class:`CallRecord` in a :cla
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from .._errors import DeadlineError
 from .._types import Message as Message  # re-exported: the chat message type of every backend
 from .._types import Role as Role
 
@@ -98,6 +100,18 @@ class Ledger:
         return out
 
 
+def remaining_s(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (a ``time.monotonic()`` value); None when there is none."""
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def check_deadline(deadline: float | None, what: str, endpoint: str = "") -> None:
+    """Raise DeadlineError when ``deadline`` has passed, naming what could not start."""
+    left = remaining_s(deadline)
+    if left is not None and left <= 0:
+        raise DeadlineError(f"the query's deadline passed before {what}", endpoint=endpoint)
+
+
 def count_text_tokens(text: str) -> int:
     """o200k count of ``text``; a rough chars/4 estimate if the tokenizer cannot be loaded.
 
@@ -154,8 +168,12 @@ class LLM(Protocol):
         stop: Sequence[str] | None = None,
         stage: str = "answer",
         ledger: Ledger | None = None,
+        deadline: float | None = None,
     ) -> Completion:
-        """One completion. Raises ProviderError on failure; records the call in ``ledger``."""
+        """One completion. Raises ProviderError on failure; records the call in ``ledger``.
+
+        ``deadline`` (a ``time.monotonic()`` value) bounds the whole call, a reply still
+        streaming in included; past it the call raises DeadlineError."""
         ...
 
     def choice_probs(
@@ -165,6 +183,7 @@ class LLM(Protocol):
         *,
         stage: str = "router",
         ledger: Ledger | None = None,
+        deadline: float | None = None,
     ) -> dict[str, float]:
         """Probability of each named group of next-token variants, normalised over the groups.
 

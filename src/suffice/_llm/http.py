@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from .._errors import ConfigError, ProviderError
+from .._errors import ConfigError, DeadlineError, ProviderError
 from .base import CallRecord, Completion, Ledger, Message, Price, count_message_tokens, record_call
 from .base import count_text_tokens as _count
 from .pricing import price_for
@@ -71,6 +72,13 @@ def _plausible(local_count: int) -> int:
     differ (and chat templates add tokens), but not by an order of magnitude."""
     return 4 * local_count + 512
 
+
+class _Cut(Exception):
+    """The reply was cut off at the deadline."""
+
+
+MAX_REPLY_BYTES = 16 * 1024 * 1024
+"""Largest reply body read from a server: a chat completion is far smaller."""
 
 MAX_BACKOFF_S = 8.0
 """Longest pause between two attempts, whatever the back-off doubling reaches."""
@@ -153,25 +161,35 @@ class OpenAIHTTP:
             base = max(base, hinted)
         return base * (1.0 + 0.1 * random.random())  # jitter: spread retries of many threads
 
-    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST to /chat/completions, retrying what may succeed later; the decoded JSON body."""
+    def _post(self, payload: dict[str, Any], deadline: float | None = None) -> dict[str, Any]:
+        """POST to /chat/completions, retrying what may succeed later; the decoded JSON body.
+
+        One deadline bounds the whole call, retries and a reply still streaming in included:
+        twice the timeout, or the query's ``deadline`` when that comes first.
+        """
         url = self.chat_url
         attempts = self.retries + 1
-        # One deadline for the whole call, retries included, so a flaky server cannot hold a
-        # query for retries x timeout plus every back-off.
-        deadline = time.monotonic() + 2 * self.timeout
+        own = time.monotonic() + 2 * self.timeout
+        call_deadline = own if deadline is None else min(own, deadline)
         for attempt in range(attempts):
             hinted: float | None = None
+            left = call_deadline - time.monotonic()
+            if left <= 0:
+                raise self._out_of_time(deadline, own, f"before attempt {attempt + 1}")
             try:
                 with self._sem:
-                    resp = self._client.post(url, json=payload)
+                    resp = self._fetch(url, payload, min(self.timeout, left), call_deadline)
             except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
                 raise ProviderError(
                     f"{url} is not a usable URL ({exc}); base_url should look like "
                     "http://host:port/v1",
                     endpoint=url,
                 ) from exc
+            except _Cut:
+                raise self._out_of_time(deadline, own, "while the reply was arriving") from None
             except httpx.TimeoutException as exc:
+                if deadline is not None and deadline <= own and time.monotonic() >= deadline - 0.01:
+                    raise self._out_of_time(deadline, own, "waiting for the reply") from exc
                 err = ProviderError(
                     f"{url}: no response within {self.timeout:g} s ({type(exc).__name__}); the "
                     "server may be overloaded or the timeout too short",
@@ -207,12 +225,62 @@ class OpenAIHTTP:
                     )
                 raise err
             delay = self._delay(attempt, hinted)
-            if time.monotonic() + delay >= deadline:
+            if time.monotonic() + delay >= call_deadline:
+                if call_deadline != own:
+                    raise DeadlineError(f"{err} (gave up after {attempt + 1} attempt(s): the query's "
+                                        "deadline would pass)", endpoint=err.endpoint, status=err.status)
                 raise ProviderError(f"{err} (gave up after {attempt + 1} attempt(s): the call's "
                                     f"deadline of {2 * self.timeout:g} s would pass)",
                                     endpoint=err.endpoint, status=err.status)
             time.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _out_of_time(self, deadline: float | None, own: float, when: str) -> ProviderError:
+        if deadline is not None and deadline <= own:
+            return DeadlineError(f"{self.chat_url}: the query's deadline passed {when}",
+                                 endpoint=self.chat_url)
+        return ProviderError(f"{self.chat_url}: no complete reply within the call's deadline of "
+                             f"{2 * self.timeout:g} s (it passed {when})", endpoint=self.chat_url)
+
+    def _fetch(self, url: str, payload: dict[str, Any], timeout: float, until: float) -> httpx.Response:
+        """The whole reply, read before ``until``: a server that trickles its body is cut off
+        there (the socket is shut down under the read), and a body over MAX_REPLY_BYTES is
+        refused."""
+        req = self._client.build_request("POST", url, json=payload, timeout=httpx.Timeout(timeout))
+        resp = self._client.send(req, stream=True)
+        cut = threading.Event()
+
+        def stop() -> None:
+            cut.set()
+            stream = resp.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            try:
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+                else:
+                    resp.close()
+            except OSError:
+                pass
+        timer = threading.Timer(max(until - time.monotonic(), 0.0), stop)
+        timer.daemon = True
+        timer.start()
+        try:
+            body = bytearray()
+            for chunk in resp.iter_bytes():
+                body += chunk
+                if len(body) > MAX_REPLY_BYTES:
+                    raise ProviderError(f"{url} sent a reply over {MAX_REPLY_BYTES:,} bytes; refused",
+                                        endpoint=url, status=resp.status_code)
+        except (httpx.HTTPError, OSError):
+            if cut.is_set():
+                raise _Cut() from None
+            raise
+        finally:
+            timer.cancel()
+            resp.close()
+        if cut.is_set():
+            raise _Cut()
+        return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(body), request=req)
 
     def _decode(self, resp: httpx.Response) -> dict[str, Any]:
         url = self.chat_url
@@ -296,6 +364,7 @@ class OpenAIHTTP:
         stop: Sequence[str] | None = None,
         stage: str = "answer",
         ledger: Ledger | None = None,
+        deadline: float | None = None,
     ) -> Completion:
         t0 = time.perf_counter()
         payload: dict[str, Any] = {
@@ -308,7 +377,7 @@ class OpenAIHTTP:
             payload["stop"] = list(stop)
         data: dict[str, Any] = {}
         try:
-            data = self._post(payload)
+            data = self._post(payload, deadline)
             choice = self._first_choice(data)
             message = choice.get("message")
             if isinstance(message, dict):
@@ -346,6 +415,7 @@ class OpenAIHTTP:
         *,
         stage: str = "router",
         ledger: Ledger | None = None,
+        deadline: float | None = None,
     ) -> dict[str, float]:
         """Group probabilities from the top next-token logprobs of a one-token completion.
 
@@ -363,7 +433,7 @@ class OpenAIHTTP:
         }
         data: dict[str, Any] = {}
         try:
-            data = self._post(payload)
+            data = self._post(payload, deadline)
             top = self._top_logprobs(self._first_choice(data))
             probs = _group_probs(top, choices)
             if probs is None:

@@ -15,14 +15,25 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._errors import MissingExtraError, ProviderError
-from .base import CallRecord, Completion, Ledger, Message, Price, record_call
+from .._errors import DeadlineError, MissingExtraError, ProviderError
+from .base import (
+    CallRecord,
+    Completion,
+    Ledger,
+    Message,
+    Price,
+    check_deadline,
+    count_message_tokens,
+    record_call,
+    remaining_s,
+)
 from .models import model_name, resolve_model
 from .pricing import price_for
 
@@ -79,6 +90,8 @@ class LocalLlama:
                                 endpoint=self.endpoint) from exc
         self.n_ctx = n_ctx
         self._formatter = self._make_formatter()
+        self._s_per_token: float | None = None
+        """Measured seconds per token of recent calls (None until the first call ends)."""
 
     def __repr__(self) -> str:
         return f"LocalLlama(model={self.model!r}, path={str(self.path)!r})"
@@ -134,27 +147,76 @@ class LocalLlama:
         stop: Sequence[str] | None = None,
         stage: str = "answer",
         ledger: Ledger | None = None,
+        deadline: float | None = None,
     ) -> Completion:
         t0 = time.perf_counter()
+        late = threading.Event()
+
+        def until_deadline(_ids: Any, scores: Any) -> Any:
+            """Past the deadline, only end-of-text may follow: generation stops at once."""
+            if deadline is not None and time.monotonic() >= deadline:
+                late.set()
+                scores[:] = -np.inf
+                scores[self._llm.token_eos()] = 0.0
+            return scores
+
         try:
-            with self._lock:
+            with self._turn(messages, deadline, max_tokens):
                 out = self._llm.create_chat_completion(
                     messages=[dict(m) for m in messages],
                     max_tokens=max_tokens,
                     temperature=temperature,
                     stop=list(stop) if stop else None,
+                    logits_processor=(self._llama_cpp.LogitsProcessorList([until_deadline])
+                                      if deadline is not None else None),
                 )
             choice = out["choices"][0]
             text = choice["message"]["content"] or ""
             usage = out.get("usage") or {}
             n_in = int(usage.get("prompt_tokens", 0))
             n_out = int(usage.get("completion_tokens", 0))
+            if late.is_set():
+                raise DeadlineError(f"{self.endpoint}: the query's deadline passed during "
+                                    f"generation (stopped after {n_out} tokens)", endpoint=self.endpoint)
+        except ProviderError as exc:
+            self._record(ledger, stage, t0, error=exc)
+            raise
         except Exception as exc:
             err = ProviderError(f"{self.endpoint}: chat failed: {exc}", endpoint=self.endpoint)
             self._record(ledger, stage, t0, error=err)
             raise err from exc
         rec = self._record(ledger, stage, t0, n_in, n_out)
+        self._learn_rate(rec.latency_ms / 1000.0, n_in + n_out)
         return Completion(text=text, record=rec, finish_reason=str(choice.get("finish_reason") or ""))
+
+    @contextmanager
+    def _turn(self, messages: Sequence[Message], deadline: float | None, max_tokens: int) -> Iterator[None]:
+        """The model, alone (it serves one call at a time), if the call can finish in time.
+
+        llama.cpp cannot be interrupted while it reads the prompt, so a call is refused when
+        the time left is less than this model's measured time for a prompt that long.
+        """
+        check_deadline(deadline, "the local model call", self.endpoint)
+        left = remaining_s(deadline)
+        if left is not None and self._s_per_token is not None:
+            need = self._s_per_token * count_message_tokens(messages)
+            if need > left:
+                raise DeadlineError(f"{self.endpoint}: {left:.1f} s are left before the query's deadline "
+                                    f"and a prompt this long takes about {need:.1f} s here; not started",
+                                    endpoint=self.endpoint)
+        if not self._lock.acquire(timeout=-1 if left is None else max(left, 0.0)):
+            raise DeadlineError(f"{self.endpoint}: the query's deadline passed while waiting for the "
+                                "local model (it serves one call at a time)", endpoint=self.endpoint)
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _learn_rate(self, seconds: float, tokens: int) -> None:
+        """Keep a running estimate of seconds per token (prompt and output) on this machine."""
+        if tokens > 0:
+            rate = seconds / tokens
+            self._s_per_token = rate if self._s_per_token is None else 0.8 * self._s_per_token + 0.2 * rate
 
     def choice_probs(
         self,
@@ -163,6 +225,7 @@ class LocalLlama:
         *,
         stage: str = "router",
         ledger: Ledger | None = None,
+        deadline: float | None = None,
     ) -> dict[str, float]:
         """One forward pass over the prompt; softmax of the last position's logits.
 
@@ -172,7 +235,7 @@ class LocalLlama:
         t0 = time.perf_counter()
         n_in = 0
         try:
-            with self._lock:
+            with self._turn(messages, deadline, 1):
                 tokens = self.prompt_tokens(messages)
                 n_in = len(tokens)
                 if n_in >= self.n_ctx:
@@ -193,12 +256,16 @@ class LocalLlama:
             total = sum(mass.values())
             if not total > 0:
                 raise ValueError(f"no probability mass on any variant of {sorted(choices)}")
+        except ProviderError as exc:
+            self._record(ledger, stage, t0, n_in, 0, error=exc)
+            raise
         except Exception as exc:
             err = ProviderError(f"{self.endpoint}: choice_probs failed: {exc}",
                                 endpoint=self.endpoint)
             self._record(ledger, stage, t0, n_in, 0, error=err)
             raise err from exc
-        self._record(ledger, stage, t0, n_in, 0)
+        rec = self._record(ledger, stage, t0, n_in, 0)
+        self._learn_rate(rec.latency_ms / 1000.0, n_in)
         return {label: m / total for label, m in mass.items()}
 
 

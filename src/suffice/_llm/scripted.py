@@ -12,8 +12,18 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from .._errors import ProviderError
-from .base import CallRecord, Completion, Ledger, Message, Price, count_message_tokens, record_call
+from .._errors import DeadlineError, ProviderError
+from .base import (
+    CallRecord,
+    Completion,
+    Ledger,
+    Message,
+    Price,
+    check_deadline,
+    count_message_tokens,
+    record_call,
+    remaining_s,
+)
 from .base import count_text_tokens as _count
 
 Output = str | BaseException
@@ -64,6 +74,17 @@ class ScriptedLLM:
         """Scripted outputs not yet used (0 for a function or a repeated string)."""
         return len(self._script) - self._next
 
+    def _wait(self, deadline: float | None) -> None:
+        """The scripted latency, cut short (with DeadlineError) where the deadline falls."""
+        check_deadline(deadline, "the scripted call", "scripted")
+        left = remaining_s(deadline)
+        if left is not None and self.delay_s > left:
+            time.sleep(max(left, 0.0))
+            raise DeadlineError(f"the query's deadline passed {left:.2f} s into a {self.delay_s:g} s call",
+                                endpoint="scripted")
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
+
     def _record(
         self, ledger: Ledger | None, stage: str, n_in: int, n_out: int, latency_s: float,
         error: BaseException | None = None,
@@ -82,8 +103,14 @@ class ScriptedLLM:
         stop: Sequence[str] | None = None,
         stage: str = "answer",
         ledger: Ledger | None = None,
+        deadline: float | None = None,
     ) -> Completion:
         t0 = time.perf_counter()
+        try:
+            self._wait(deadline)
+        except DeadlineError as exc:
+            self._record(ledger, stage, 0, 0, time.perf_counter() - t0, exc)
+            raise
         with self._lock:
             self.calls.append(_copy(messages))
             out: Output | None
@@ -97,8 +124,6 @@ class ScriptedLLM:
                     f"ScriptedLLM ran out of outputs after {len(self._script)} calls",
                     endpoint="scripted",
                 )
-        if self.delay_s > 0:
-            time.sleep(self.delay_s)
         try:
             if self._fn is not None:
                 text = self._fn(messages)
@@ -127,13 +152,13 @@ class ScriptedLLM:
         *,
         stage: str = "router",
         ledger: Ledger | None = None,
+        deadline: float | None = None,
     ) -> dict[str, float]:
         t0 = time.perf_counter()
         with self._lock:
             self.prob_calls.append(_copy(messages))
-        if self.delay_s > 0:
-            time.sleep(self.delay_s)
         try:
+            self._wait(deadline)
             if self._probs is None:
                 raw: Mapping[str, float] = {label: 1.0 for label in choices}
             elif callable(self._probs):

@@ -42,7 +42,9 @@ class SufficiencyRouter(Protocol):
     input_budget: int
     """Evidence above this many tokens is not scored: the engine goes deep instead."""
 
-    def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None) -> RouterDecision:
+    def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None,
+              deadline: float | None = None) -> RouterDecision:
+        """The score of ``evidence`` for ``query``; a model call must end by ``deadline``."""
         ...
 
 
@@ -68,7 +70,8 @@ class LMRouter:
         self.llm = llm
         self.input_budget = input_budget
 
-    def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None) -> RouterDecision:
+    def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None,
+              deadline: float | None = None) -> RouterDecision:
         t0 = time.perf_counter()
         text = evidence.text
         refused = over_budget(count_tokens(text), self.input_budget, _ms(t0))
@@ -76,7 +79,7 @@ class LMRouter:
             return refused
         try:
             probs = self.llm.choice_probs(sufficiency_messages(query, text), YES_NO,
-                                          stage="router", ledger=ledger)
+                                          stage="router", ledger=ledger, deadline=deadline)
         except ProviderError as exc:
             return RouterDecision(0.0, f"router model failed ({exc}); going deep", _ms(t0), ok=False)
         p = float(probs.get("yes", 0.0))
@@ -110,7 +113,8 @@ class ScoreRouter:
         margin = (dense[0] - dense[1]) if len(dense) > 1 else 0.0
         return {"coverage": coverage, "top_dense": top, "dense_margin": margin}
 
-    def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None) -> RouterDecision:
+    def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None,
+              deadline: float | None = None) -> RouterDecision:
         t0 = time.perf_counter()
         f = self.features(query, evidence)
         wc, wd, wm, b = self.w
