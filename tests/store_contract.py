@@ -304,3 +304,11 @@ class StoreContract:
         store.append("a", [row("x", id="k"), row("y")])
         report = store.forget("a", ids=["k"] + [f"other{i}" for i in range(600)] + ["k"])
         assert report.items == 1 and len(store.audit()[0].ids_sha256) == 1
+
+    def test_one_scope_cannot_move_another_scopes_scores(self, store: Store):
+        store.append("a", [row("the river gauge broke"), row("a gauge for rain"), row("sunny day")])
+        before = store.bm25("a", ["gauge", "river"], 10)
+        # Another tenant floods the same words: a shared index would change "a"'s term
+        # statistics, and so its scores (and let "a" detect the other tenant's words).
+        store.append("b", [row(f"gauge river gauge {i}") for i in range(50)])
+        assert store.bm25("a", ["gauge", "river"], 10) == before

@@ -178,3 +178,17 @@ def test_a_file_import_is_all_or_nothing(db, tmp_path):
     assert r.exit_code == 2 and "not UTF-8" in r.output
     r = run("--db", db, "add", "-f", str(tmp_path), "-s", "s")
     assert r.exit_code == 2 and "not a file" in r.output
+
+
+def test_check_passes_on_a_sound_store_and_fails_on_a_broken_one(db):
+    run("--db", db, "add", "one", "two", "three", "-s", "s")
+    r = run("--db", db, "check")
+    assert r.exit_code == 0 and r.output.startswith("ok: 3 items")
+    import sqlite3
+    con = sqlite3.connect(db)
+    con.execute("DELETE FROM embeddings WHERE seq = 0")
+    con.execute("DELETE FROM pieces WHERE seq = 1")
+    con.commit()
+    con.close()
+    r = run("--db", db, "check")
+    assert r.exit_code == 1 and "items without a piece" in r.output

@@ -40,10 +40,11 @@ def histories(draw):
 def _table_text(path: Path) -> str:
     """Every value of every table (FTS shadow tables and the term vocabulary included)."""
     con = sqlite3.connect(path)
-    con.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, pieces_fts, 'row')")
     names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     out = [repr(con.execute(f'SELECT * FROM "{name}"').fetchall()) for name in names]
-    out.append(repr(con.execute("SELECT term FROM temp.vocab").fetchall()))
+    for i, fts in enumerate(n for n in names if n.startswith("fts_") and "_" not in n[4:]):
+        con.execute(f"CREATE VIRTUAL TABLE temp.vocab{i} USING fts5vocab(main, \"{fts}\", 'row')")
+        out.append(repr(con.execute(f"SELECT term FROM temp.vocab{i}").fetchall()))
     con.close()
     return "\n".join(out)
 

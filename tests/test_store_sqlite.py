@@ -64,7 +64,7 @@ def test_schema_version_is_recorded_and_persists(tmp_path):
     path = tmp_path / "s.db"
     SQLiteStore(path).append("a", [row("kept")])
     st = SQLiteStore(path)
-    assert st.schema_version == SCHEMA_VERSION == 3
+    assert st.schema_version == SCHEMA_VERSION == 4
     assert st.items("a")[0].text == "kept"
 
 
@@ -153,3 +153,40 @@ def test_a_migration_already_done_by_another_process_is_not_done_again(tmp_path)
     st.append("a", [row("new", agent="bot")])
     st._migrate_v1()  # a second opener that read version 1 before the first one migrated
     assert [i.agent for i in st.items("a")] == ["", "bot"]
+
+
+def test_check_finds_a_sound_store_sound_and_names_what_is_broken(tmp_path):
+    st = SQLiteStore(tmp_path / "s.db")
+    st.append("a", [row("one", id="1"), row("two", id="2"), row("three", id="3")])
+    st.put_record("a", 0, 0, 1, "one two", "rule", [])
+    assert st.check() == []
+    st._conn.execute("DELETE FROM pieces WHERE seq = 1")  # a piece lost behind the store's back
+    st._conn.execute("DROP TRIGGER items_immutable")
+    st._conn.execute("UPDATE items SET seq = 7 WHERE seq = 2")
+    problems = "\n".join(st.check())
+    assert "items without a piece" in problems
+    assert "full-text rows of no piece" in problems
+    assert "seqs have gaps" in problems
+
+
+def test_a_v3_store_gets_one_full_text_table_per_scope(tmp_path):
+    from suffice._store.sqlite import fts_table
+    path = tmp_path / "v3.db"
+    st = SQLiteStore(path)
+    st.append("a", [row("red fox"), row("blue sky")])
+    st.append("b", [row("red car")])
+    st.close()
+    con = sqlite3.connect(path)  # back to version 3: one shared table
+    con.executescript(
+        "CREATE VIRTUAL TABLE pieces_fts USING fts5(body, tokenize = 'porter unicode61');"
+        f"INSERT INTO pieces_fts (rowid, body) SELECT rowid, body FROM \"{fts_table('a')}\";"
+        f"INSERT INTO pieces_fts (rowid, body) SELECT rowid, body FROM \"{fts_table('b')}\";"
+        f"DROP TABLE \"{fts_table('a')}\"; DROP TABLE \"{fts_table('b')}\";"
+        "UPDATE meta SET value = '3' WHERE key = 'schema_version';")
+    con.close()
+    st = SQLiteStore(path)
+    assert st.schema_version == 4 and st.check() == []
+    assert [q for q, _, _ in st.bm25("a", ["red"], 5)] == [0]
+    assert [q for q, _, _ in st.bm25("b", ["red"], 5)] == [0]
+    names = [r[0] for r in st._conn.execute("SELECT name FROM sqlite_master")]
+    assert "pieces_fts" not in names and not any("a" == n or "b" == n for n in names)

@@ -139,6 +139,8 @@ def _filter(ident: Identity, session: str | None, speaker: str | None, kind: str
             meta: Mapping[str, Any] | None) -> Filter | None:
     if ident.run is not None and session is not None and session != ident.run:
         raise InvalidQueryError("run_id is the session: give one of them, or the same value")
+    if meta is not None and not isinstance(meta, Mapping):
+        raise InvalidQueryError(f"meta must map keys to values, got {type(meta).__name__}")
     flt = Filter(session=session if session is not None else ident.run, speaker=speaker, kind=kind,
                  role=role, agent=ident.agent,
                  since=None if since is None else as_timestamp(since, "since"),
@@ -573,6 +575,25 @@ class Memory:
     def audit(self) -> list[AuditEntry]:
         """The audit lines of every forget, oldest first (digests and counts only)."""
         return self._store.audit()
+
+    def check(self) -> list[str]:
+        """Problems found in the store and its views; an empty list when everything is sound.
+
+        The store's own checks (integrity, full-text index, pieces, vectors, records), then per
+        scope: every stored record covers exactly the items of its unit under this store config,
+        and every item has a vector of this memory's encoder once the scope has been read.
+        """
+        problems = self._store.check()
+        for scope in self._store.scopes():
+            units = self._retriever.index(scope).views.units
+            for unit, first, last, _text, _writer in self._store.records(scope):
+                if unit >= len(units) or (units[unit].first_seq, units[unit].last_seq) != (first, last):
+                    problems.append(f"scope {scope!r}: record of unit {unit} covers items {first}-{last}, "
+                                    "not the unit's (rebuild the views: suffice rebuild)")
+                    break
+            if self.embedder is not None and self._store.missing_embeddings(scope, self.embedder.name):
+                problems.append(f"scope {scope!r}: items without a vector after a read")
+        return problems
 
     def import_locomo(self, source: str | Path | Sequence[LocomoConversation] | None = None,
                       progress: Progress | None = None) -> dict[str, int]:

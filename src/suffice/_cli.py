@@ -301,6 +301,20 @@ def rebuild(
 
 
 @app.command()
+def check(db: DbOpt = None) -> None:
+    """Check the store: SQLite integrity, the full-text index, pieces, vectors, records, views."""
+    with errors():
+        mem = open_memory(db, create=False)
+        problems = mem.check()
+        for p in problems:
+            say(f"problem: {p}", "red")
+        if problems:
+            raise typer.Exit(1)
+        s = mem.stats()
+        say(f"ok: {s.items} items in {s.scopes} scopes, {s.embedded} with vectors ({mem.path})")
+
+
+@app.command()
 def stats(scope: Annotated[str | None, typer.Option("--scope", "-s")] = None,
           db: DbOpt = None) -> None:
     """Counts of the store (or of one scope)."""

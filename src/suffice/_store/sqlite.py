@@ -32,9 +32,10 @@ from .._errors import ConflictError, InvalidItemError, StoreError
 from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats, canonical_json
 from .base import ItemRow, Layout, content_key, validate_filter, validate_item, validate_scope
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: client ids unique per scope (1: across the store). 3: parsed time and agent columns,
-audit table, content-only immutability (seq may close up after a forget)."""
+audit table, content-only immutability (seq may close up after a forget). 4: one full-text
+table per scope, so BM25's term statistics are each tenant's own."""
 
 T = TypeVar("T")
 
@@ -74,7 +75,6 @@ CREATE TABLE IF NOT EXISTS pieces (
     end INTEGER NOT NULL,
     UNIQUE (scope, seq, idx)
 );
-CREATE VIRTUAL TABLE IF NOT EXISTS pieces_fts USING fts5(body, tokenize = 'porter unicode61');
 CREATE TABLE IF NOT EXISTS embeddings (
     scope TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -117,6 +117,16 @@ CREATE INDEX IF NOT EXISTS items_scope_time ON items (scope, observed_ts);
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fts_table(scope: str) -> str:
+    """The scope's full-text table. Named by a digest, so the schema holds no scope name; one
+    table per scope keeps BM25's document counts and frequencies within the tenant (a shared
+    index would let one tenant's text move another's scores, and reveal its words)."""
+    return "fts_" + _sha(scope)[:24]
+
+
+_FTS_DDL = "CREATE VIRTUAL TABLE IF NOT EXISTS \"{}\" USING fts5(body, tokenize = 'porter unicode61')"
 
 
 def observed_text(value: object) -> str:
@@ -227,6 +237,8 @@ class SQLiteStore:
                 f"store {self.path} has schema version {version}, newer than this suffice "
                 f"({SCHEMA_VERSION}); upgrade suffice")
         self._run_script("BEGIN IMMEDIATE;\n" + _V3_ADDITIONS + "\nCOMMIT;")
+        if self.schema_version == 3:
+            self._migrate_v3()
 
     def _has_column(self, table: str, column: str) -> bool:
         return any(r[1] == column for r in self._conn.execute(f"PRAGMA table_info({table})"))
@@ -261,6 +273,33 @@ class SQLiteStore:
                           [(parse_time(t), t) for (t,) in texts])
             c.execute(_TRIGGER)
             c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+    def _migrate_v3(self) -> None:
+        """v3 -> v4: the one shared full-text table becomes one table per scope."""
+        with self._write() as c:
+            if c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] != "3":
+                return
+            shared = c.execute("SELECT 1 FROM sqlite_master WHERE name = 'pieces_fts'").fetchone()
+            if shared:
+                for (scope,) in c.execute("SELECT DISTINCT scope FROM pieces").fetchall():
+                    table = self._fts(c, scope)
+                    c.execute(f'INSERT INTO "{table}" (rowid, body) SELECT f.rowid, f.body FROM pieces_fts f'
+                              " JOIN pieces p ON p.rowid = f.rowid WHERE p.scope = ?", (scope,))
+                c.execute("DROP TABLE pieces_fts")
+            c.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+
+    @staticmethod
+    def _fts(c: sqlite3.Connection, scope: str) -> str:
+        """The scope's full-text table, created inside the current write when it is new (another
+        process may have dropped it with a forget: so it is never assumed)."""
+        table = fts_table(scope)
+        c.execute(_FTS_DDL.format(table))
+        return table
+
+    def _fts_exists(self, scope: str) -> str | None:
+        table = fts_table(scope)
+        found = self._read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+        return table if found else None
 
     def close(self) -> None:
         with self._lock:
@@ -323,6 +362,7 @@ class SQLiteStore:
             (top,) = c.execute("SELECT COALESCE(MAX(seq), -1) FROM items WHERE scope = ?",
                                (scope,)).fetchone()
             seq = int(top)
+            table = self._fts(c, scope) if rows else ""
             for row in rows:
                 new = row.item
                 if new.id is not None:
@@ -345,7 +385,7 @@ class SQLiteStore:
                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (item_id, scope, seq, new.session, new.speaker, new.role, new.kind,
                      row.observed_at, new.text, meta, row.tokens, now, row.observed_ts, new.agent))
-                self._write_pieces(c, scope, seq, row.pieces, row.piece_bodies)
+                self._write_pieces(c, table, scope, seq, row.pieces, row.piece_bodies)
                 if row.embedding is not None and encoder:
                     c.execute("INSERT OR REPLACE INTO embeddings VALUES (?,?,?,?)",
                               (scope, seq, encoder, np.asarray(row.embedding, dtype=np.float32).tobytes()))
@@ -377,21 +417,21 @@ class SQLiteStore:
         return out
 
     @staticmethod
-    def _write_pieces(c: sqlite3.Connection, scope: str, seq: int,
+    def _write_pieces(c: sqlite3.Connection, table: str, scope: str, seq: int,
                       spans: Sequence[tuple[int, int]], bodies: Sequence[str]) -> None:
         for idx, ((start, end), body) in enumerate(zip(spans, bodies, strict=True)):
             cur = c.execute("INSERT INTO pieces (scope, seq, idx, start, end) VALUES (?,?,?,?,?)",
                             (scope, seq, idx, start, end))
-            c.execute("INSERT INTO pieces_fts (rowid, body) VALUES (?, ?)", (cur.lastrowid, body))
+            c.execute(f'INSERT INTO "{table}" (rowid, body) VALUES (?, ?)', (cur.lastrowid, body))
 
-    @staticmethod
-    def _delete_pieces(c: sqlite3.Connection, scope: str, seqs: Sequence[int]) -> int:
+    def _delete_pieces(self, c: sqlite3.Connection, scope: str, seqs: Sequence[int]) -> int:
+        table = self._fts(c, scope)
         n = 0
         for chunk in _chunks(list(seqs)):
             marks = ",".join("?" * len(chunk))
             rids = [r[0] for r in c.execute(
                 f"SELECT rowid FROM pieces WHERE scope = ? AND seq IN ({marks})", (scope, *chunk))]
-            c.executemany("DELETE FROM pieces_fts WHERE rowid = ?", [(r,) for r in rids])
+            c.executemany(f'DELETE FROM "{table}" WHERE rowid = ?', [(r,) for r in rids])
             c.execute(f"DELETE FROM pieces WHERE scope = ? AND seq IN ({marks})", (scope, *chunk))
             n += len(rids)
         return n
@@ -400,8 +440,9 @@ class SQLiteStore:
                                                              Sequence[str]]]) -> None:
         with self._write() as c:
             self._delete_pieces(c, scope, [seq for seq, _, _ in rows])
+            table = self._fts(c, scope)
             for seq, spans, bodies in rows:
-                self._write_pieces(c, scope, seq, spans, bodies)
+                self._write_pieces(c, table, scope, seq, spans, bodies)
             self._bump_generation(c)
 
     def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray) -> None:
@@ -484,7 +525,11 @@ class SQLiteStore:
                                 (scope, first_unit)).rowcount
             _delete_seqs(c, "items", scope, seqs)
             self._close_gaps(c, scope, first)
-            c.execute("INSERT INTO pieces_fts (pieces_fts) VALUES ('optimize')")
+            table = fts_table(scope)
+            if c.execute("SELECT 1 FROM items WHERE scope = ? LIMIT 1", (scope,)).fetchone() is None:
+                c.execute(f'DROP TABLE IF EXISTS "{table}"')  # the whole scope: its index goes too
+            else:  # merge the segments, so no deleted term stays in an old one
+                c.execute(f"INSERT INTO \"{table}\" (\"{table}\") VALUES ('optimize')")
             c.execute("INSERT INTO audit (at, action, scope_sha256, ids_sha256, counts) VALUES (?,?,?,?,?)",
                       (time.time(), action, _sha(scope),
                        json.dumps(sorted(_sha(str(r[1])) for r in rows)),
@@ -532,6 +577,68 @@ class SQLiteStore:
                     delay = min(delay * 2, 0.25)
             finally:
                 self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+
+    def check(self) -> list[str]:
+        """Problems found in the store's files and derived tables; an empty list when sound.
+
+        SQLite's own integrity check, the full-text index against its rows, pieces against
+        items, contiguous seqs, vectors of one dimension and only for items that exist,
+        records within their scope's log.
+        """
+        problems: list[str] = []
+        with self._lock:
+            rows = self._conn.execute("PRAGMA integrity_check").fetchall()
+            if [r[0] for r in rows] != ["ok"]:
+                problems += [f"sqlite: {r[0]}" for r in rows[:20]]
+        for scope in self.scopes():
+            table = self._fts_exists(scope)
+            if table is None:
+                problems.append(f"scope {scope!r} has no full-text table")
+                continue
+            with self._lock:
+                try:
+                    self._conn.execute(f"INSERT INTO \"{table}\" (\"{table}\", rank) VALUES ('integrity-check', 1)")
+                except sqlite3.DatabaseError as exc:
+                    problems.append(f"full-text index of scope {scope!r}: {exc}")
+            for what, sql in (
+                    ("pieces not in the scope's full-text table",
+                     f'SELECT p.rowid FROM pieces p LEFT JOIN "{table}" f ON f.rowid = p.rowid'
+                     " WHERE p.scope = ? AND f.rowid IS NULL"),
+                    ("full-text rows of no piece of the scope",
+                     f'SELECT f.rowid FROM "{table}" f LEFT JOIN pieces p ON p.rowid = f.rowid AND p.scope = ?'
+                     " WHERE p.rowid IS NULL")):
+                found = self._read(sql, (scope,))
+                if found:
+                    problems.append(f"scope {scope!r}: {what}: {len(found)}")
+        checks = {
+            "scopes whose seqs have gaps or repeats":
+                "SELECT scope FROM items GROUP BY scope HAVING MAX(seq) + 1 != COUNT(*) OR MIN(seq) != 0",
+            "items without a piece":
+                "SELECT i.scope, i.seq FROM items i LEFT JOIN pieces p ON p.scope = i.scope AND p.seq = i.seq"
+                " WHERE p.rowid IS NULL",
+            "pieces of no item":
+                "SELECT p.scope, p.seq FROM pieces p LEFT JOIN items i ON i.scope = p.scope AND i.seq = p.seq"
+                " WHERE i.rowid IS NULL",
+            "vectors of no item":
+                "SELECT e.scope, e.seq FROM embeddings e LEFT JOIN items i ON i.scope = e.scope AND i.seq = e.seq"
+                " WHERE i.rowid IS NULL",
+            "vectors of another encoder than most":
+                "SELECT DISTINCT model FROM embeddings WHERE model != (SELECT model FROM embeddings"
+                " GROUP BY model ORDER BY COUNT(*) DESC LIMIT 1)",
+            "vectors of unequal size": "SELECT 1 FROM embeddings GROUP BY LENGTH(vec) HAVING COUNT(*) > 0"
+                                       " LIMIT -1 OFFSET 1",
+            "records beyond their scope's log":
+                "SELECT r.scope, r.unit FROM records r WHERE r.last_seq >= (SELECT COUNT(*) FROM items i"
+                " WHERE i.scope = r.scope) OR r.first_seq > r.last_seq",
+            "links from or to a unit with no record":
+                "SELECT l.scope, l.src FROM links l LEFT JOIN records r ON r.scope = l.scope AND r.unit = l.src"
+                " WHERE r.unit IS NULL",
+        }
+        for what, sql in checks.items():
+            found = self._read(sql)
+            if found:
+                problems.append(f"{what}: {len(found)} (first: {found[0]!r})")
+        return problems
 
     def audit(self) -> list[AuditEntry]:
         return [AuditEntry(float(at), str(action), str(sc), tuple(json.loads(ids)), dict(json.loads(counts)))
@@ -606,15 +713,22 @@ class SQLiteStore:
         if not terms or limit <= 0:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        sql = ("SELECT p.seq, p.idx, -bm25(pieces_fts) AS s FROM pieces_fts "
-               "JOIN pieces p ON p.rowid = pieces_fts.rowid ")
+        table = fts_table(scope)
+        sql = (f'SELECT p.seq, p.idx, -bm25("{table}") AS s FROM "{table}" f '
+               "JOIN pieces p ON p.rowid = f.rowid ")
         params: list[Any] = []
         where, fparams = _filter_sql(flt, "i", seq_alias="p")
         if flt is not None and _needs_items(flt):
             sql += "JOIN items i ON i.scope = p.scope AND i.seq = p.seq "
-        sql += f"WHERE pieces_fts MATCH ? AND p.scope = ?{where} ORDER BY s DESC LIMIT ?"
+        sql += f'WHERE "{table}" MATCH ? AND p.scope = ?{where} ORDER BY s DESC LIMIT ?'
         params = [match, scope, *fparams, limit]
-        return [(int(a), int(b), float(c)) for a, b, c in self._read(sql, params)]
+        try:
+            rows = self._read(sql, params)
+        except StoreError as exc:
+            if "no such table" in str(exc):  # the scope holds no items (or all were forgotten)
+                return []
+            raise
+        return [(int(a), int(b), float(c)) for a, b, c in rows]
 
     def embeddings(self, scope: str, encoder: str, after_seq: int = -1) -> tuple[np.ndarray, np.ndarray]:
         """(seqs, matrix) of stored vectors of ``encoder`` for items after ``after_seq``."""

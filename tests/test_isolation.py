@@ -1,0 +1,61 @@
+"""Scopes are hard partitions, checked where it matters: at the store, with random tenants.
+
+Whatever another tenant writes or forgets, every read of a scope (items, ids, filters, BM25
+ranking and scores, vectors, records) gives exactly what a store holding that scope alone gives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from store_contract import row
+
+from suffice import Filter
+from suffice._store import SQLiteStore
+
+WORDS = "river gauge flood cat kayak tea wedding October red blue".split()
+text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
+op = st.one_of(
+    st.tuples(st.just("add"), st.sampled_from(["a", "b", "c"]), st.lists(text, min_size=1, max_size=4),
+              st.sampled_from(["s1", "s2"])),
+    st.tuples(st.just("forget"), st.sampled_from(["b", "c"]), st.integers(0, 5), st.sampled_from(["s1", "s2"])),
+)
+
+
+def reads(st_: SQLiteStore, scope: str) -> tuple[object, ...]:
+    seqs, vecs = st_.embeddings(scope, "e")
+    return (
+        [(i.seq, i.id, i.text, i.session) for i in st_.items(scope)],
+        st_.find(scope, Filter(session="s1")),
+        [st_.bm25(scope, [w], 50) for w in WORDS],
+        st_.filter_seqs(scope, Filter(session="s2")).tolist(),
+        seqs.tolist(), vecs.tolist(),
+        st_.records(scope), st_.max_seq(scope), st_.stats(scope).items if st_.has_scope(scope) else 0,
+    )
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(op, max_size=12))
+def test_what_other_tenants_do_never_shows_in_a_scope(tmp_path_factory, ops):
+    shared = SQLiteStore(tmp_path_factory.mktemp("iso") / "shared.db")
+    alone = SQLiteStore(tmp_path_factory.mktemp("iso") / "alone.db")
+    n = 0
+    for kind, scope, arg, session in ops:
+        if kind == "add":
+            rows = []
+            for t in arg:
+                n += 1
+                r = row(f"{t} {n}", id=f"{scope}-{n}", session=session)
+                rows.append(type(r)(r.item, r.observed_at, r.observed_ts, r.tokens, r.pieces, r.piece_bodies,
+                                    np.ones(4, np.float32) * (n % 7 + 1)))
+            shared.append(scope, rows, encoder="e")
+            if scope == "a":
+                alone.append(scope, rows, encoder="e")
+        else:
+            ids = [i.id for i in shared.items(scope)][:arg]
+            shared.forget(scope, ids=ids) if ids else shared.forget(scope, session=session)
+        shared.put_record("a", 0, 0, 0, "a's first record", "rule") if shared.has_scope("a") else None
+        alone.put_record("a", 0, 0, 0, "a's first record", "rule") if alone.has_scope("a") else None
+        assert reads(shared, "a") == reads(alone, "a")
+    assert shared.check() == [] and alone.check() == []
