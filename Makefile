@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DLLAMA_CURL=OFF
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: demo test lint bench-retrieval bench-prefix clean
+.PHONY: demo test lint reliability bench-retrieval bench-prefix clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# Kills, load, fuzzing and provider faults (several minutes; not part of `make test`).
+reliability: $(VENV)/.installed
+	$(PIP) install -q -e '.[reliability]'
+	$(PY) benchmarks/reliability.py all --json docs/results/reliability.json
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks examples

@@ -42,7 +42,8 @@ class HashEmbedder:
 
 TMP = Path(tempfile.mkdtemp())
 MEM = Memory(TMP / "fuzz.db", embedder=HashEmbedder())
-MEM.add([NewItem(f"seed item {i} about rivers and cats", session=f"s{i % 3}") for i in range(20)], scope="fuzz")
+MEM.add([NewItem(f"seed item {i} about rivers and cats", session=f"s{i % 3}") for i in range(20)],
+        scope="fuzz")
 RUNS = [0]
 
 

@@ -49,7 +49,8 @@ mem = Memory(db)
 i = 0
 while i < 3000:
     n = rnd.randint(1, 200)
-    batch = [NewItem(text=f"run {run} item {j} says {rnd.random():.6f}", id=f"{run}-{j}", session=f"s{j // 100}")
+    batch = [NewItem(text=f"run {run} item {j} says {rnd.random():.6f}", id=f"{run}-{j}",
+                     session=f"s{j // 100}")
              for j in range(i, min(3000, i + n))]
     mem.add(batch, scope="api", batch_size=rnd.choice([16, 64, 512]))
     i += n
@@ -78,7 +79,8 @@ def crash(kills: int, workdir: Path, rnd: random.Random) -> dict[str, Any]:
             run = f"r{k % 6}"  # runs repeat: a run resumed after a kill re-adds its ids
             proc = _child(API_WORKER, db, run, str(rnd.randrange(10**6)))
         else:
-            proc = _child("from suffice._cli import main; import sys; sys.argv = ['suffice'] + sys.argv[1:]; main()",
+            proc = _child("from suffice._cli import main; import sys; "
+                          "sys.argv = ['suffice'] + sys.argv[1:]; main()",
                           "--db", db, "add", "--file", str(jsonl), "--scope", "cli")
         time.sleep(rnd.uniform(0.3, 12.0))
         proc.send_signal(signal.SIGKILL)
@@ -96,7 +98,8 @@ def crash(kills: int, workdir: Path, rnd: random.Random) -> dict[str, Any]:
     from suffice import Memory
     with Memory(db, embedder=None) as mem:
         n_api = len(mem.items(scope="api", limit=None)) if "api" in mem.scopes() else 0
-    return {"kills": kills, "api_kills": api_kills, "cli_kills": cli_kills, "acknowledged": sum(acked.values()),
+    return {"kills": kills, "api_kills": api_kills, "cli_kills": cli_kills,
+            "acknowledged": sum(acked.values()),
             "api_items": n_api, "imports_completed": imports_done, "problems": problems,
             "items_lost": sum(p.startswith("lost") for p in problems),
             "duplicates": sum(p.startswith("duplicate") for p in problems)}
@@ -220,7 +223,8 @@ def fuzz(cases: int) -> dict[str, Any]:
     coverage-guided (atheris) targets for as many runs when atheris is installed."""
     env = {**os.environ, "SUFFICE_FUZZ_CASES": str(cases)}
     t0 = time.perf_counter()
-    proc = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_fuzz.py")],
+    proc = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(ROOT / "tests" / "test_fuzz.py")],
                           env=env, capture_output=True, text=True, cwd=ROOT)
     result: dict[str, Any] = {"hypothesis_cases_per_target": cases, "hypothesis_ok": proc.returncode == 0,
                               "hypothesis_s": time.perf_counter() - t0,
@@ -291,10 +295,12 @@ def faults(queries_per_fault: int, workdir: Path) -> dict[str, Any]:
                     outcome, said = f"error {type(exc).__name__}", type(exc).__module__.startswith("suffice")
                 took = time.monotonic() - t0
                 overruns += took > deadline_s + 1.0
-                rows.append({"fault": fault, "query": q, "outcome": outcome, "said_so": said, "s": round(took, 2)})
+                rows.append({"fault": fault, "query": q, "outcome": outcome, "said_so": said,
+                             "s": round(took, 2)})
     after = mem.stats().items
     mem.close()
-    return {"faults": list(FAULTS), "queries": len(rows), "deadline_s": deadline_s, "deadline_overruns": overruns,
+    return {"faults": list(FAULTS), "queries": len(rows), "deadline_s": deadline_s,
+            "deadline_overruns": overruns,
             "outcomes": {f: [r["outcome"] for r in rows if r["fault"] == f] for f in FAULTS},
             "unexplained": [r for r in rows if not r["said_so"]], "items_written": after - before}
 
@@ -323,13 +329,15 @@ def main() -> int:
         if args.part in ("all", "crash"):
             results["crash"] = r = crash(args.kills, work, rnd)
             print(f"crash: {r['kills']} kills survived ({r['api_kills']} API, {r['cli_kills']} CLI import); "
-                  f"{r['acknowledged']} acknowledged items, lost {r['items_lost']}, duplicates {r['duplicates']}; "
+                  f"{r['acknowledged']} acknowledged items, lost {r['items_lost']}, "
+                  f"duplicates {r['duplicates']}; "
                   f"problems {len(r['problems'])}", flush=True)
             broken += ["crash"] if r["problems"] else []
         if args.part in ("all", "load"):
             results["load"] = r = load(args.writers, args.items, args.readers, work)
             print(f"load: {r['writers']} writers x {r['items_per_writer']} items in {r['wall_s']:.0f} s "
-                  f"({r['items_per_s']:.0f} items/s) with {r['readers']} readers ({r['reader_queries']} queries, "
+                  f"({r['items_per_s']:.0f} items/s) with {r['readers']} readers "
+                  f"({r['reader_queries']} queries, "
                   f"p50 {r['reader_p50_ms']} ms, {r['reader_errors']} errors); {r['items']} items; "
                   f"problems {len(r['problems'])}", flush=True)
             broken += ["load"] if r["problems"] or r["reader_errors"] else []
@@ -338,12 +346,14 @@ def main() -> int:
             print(f"fuzz: hypothesis {r['hypothesis_cases_per_target']} cases per target: "
                   f"{'ok' if r['hypothesis_ok'] else 'FAILED'} ({r['hypothesis_s']:.0f} s); atheris: "
                   + (r["atheris"] if isinstance(r["atheris"], str) else
-                     ", ".join(f"{k} {'ok' if v['ok'] else 'FAILED'}" for k, v in r["atheris"].items())), flush=True)
+                     ", ".join(f"{k} {'ok' if v['ok'] else 'FAILED'}"
+                               for k, v in r["atheris"].items())), flush=True)
             atheris_ok = isinstance(r["atheris"], str) or all(v["ok"] for v in r["atheris"].values())
             broken += ["fuzz"] if not (r["hypothesis_ok"] and atheris_ok) else []
         if args.part in ("all", "faults"):
             results["faults"] = r = faults(args.fault_queries, work)
-            print(f"faults: {r['queries']} queries over {len(r['faults'])} faults, deadline {r['deadline_s']:g} s: "
+            print(f"faults: {r['queries']} queries over {len(r['faults'])} faults, "
+                  f"deadline {r['deadline_s']:g} s: "
                   f"overruns {r['deadline_overruns']}, unexplained {len(r['unexplained'])}, "
                   f"items written {r['items_written']}", flush=True)
             broken += ["faults"] if r["deadline_overruns"] or r["unexplained"] or r["items_written"] else []

@@ -101,7 +101,8 @@ def _locomo(turns: list[object], date: object) -> list[object]:
 
 @FUZZ
 @given(st.lists(st.one_of(shaped, json_value, st.fixed_dictionaries(
-    {"speaker": st.text(max_size=5), "dia_id": st.text(max_size=6), "text": st.text(max_size=50)})), max_size=6),
+    {"speaker": st.text(max_size=5), "dia_id": st.text(max_size=6),
+     "text": st.text(max_size=50)})), max_size=6),
        json_value)
 def test_any_locomo_file_is_imported_whole_or_refused_naming_the_record(tmp_path_factory, turns, date):
     from suffice import ImportFormatError

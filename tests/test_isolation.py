@@ -19,7 +19,8 @@ text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
 op = st.one_of(
     st.tuples(st.just("add"), st.sampled_from(["a", "b", "c"]), st.lists(text, min_size=1, max_size=4),
               st.sampled_from(["s1", "s2"])),
-    st.tuples(st.just("forget"), st.sampled_from(["b", "c"]), st.integers(0, 5), st.sampled_from(["s1", "s2"])),
+    st.tuples(st.just("forget"), st.sampled_from(["b", "c"]), st.integers(0, 5),
+              st.sampled_from(["s1", "s2"])),
 )
 
 

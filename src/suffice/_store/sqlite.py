@@ -597,7 +597,8 @@ class SQLiteStore:
                 continue
             with self._lock:
                 try:
-                    self._conn.execute(f"INSERT INTO \"{table}\" (\"{table}\", rank) VALUES ('integrity-check', 1)")
+                    self._conn.execute(f"INSERT INTO \"{table}\" (\"{table}\", rank)"
+                                       " VALUES ('integrity-check', 1)")
                 except sqlite3.DatabaseError as exc:
                     problems.append(f"full-text index of scope {scope!r}: {exc}")
             for what, sql in (
@@ -605,7 +606,8 @@ class SQLiteStore:
                      f'SELECT p.rowid FROM pieces p LEFT JOIN "{table}" f ON f.rowid = p.rowid'
                      " WHERE p.scope = ? AND f.rowid IS NULL"),
                     ("full-text rows of no piece of the scope",
-                     f'SELECT f.rowid FROM "{table}" f LEFT JOIN pieces p ON p.rowid = f.rowid AND p.scope = ?'
+                     f'SELECT f.rowid FROM "{table}" f LEFT JOIN pieces p ON p.rowid = f.rowid'
+                     " AND p.scope = ?"
                      " WHERE p.rowid IS NULL")):
                 found = self._read(sql, (scope,))
                 if found:
@@ -620,7 +622,8 @@ class SQLiteStore:
                 "SELECT p.scope, p.seq FROM pieces p LEFT JOIN items i ON i.scope = p.scope AND i.seq = p.seq"
                 " WHERE i.rowid IS NULL",
             "vectors of no item":
-                "SELECT e.scope, e.seq FROM embeddings e LEFT JOIN items i ON i.scope = e.scope AND i.seq = e.seq"
+                "SELECT e.scope, e.seq FROM embeddings e LEFT JOIN items i ON i.scope = e.scope"
+                " AND i.seq = e.seq"
                 " WHERE i.rowid IS NULL",
             "vectors of another encoder than most":
                 "SELECT DISTINCT model FROM embeddings WHERE model != (SELECT model FROM embeddings"
@@ -631,7 +634,8 @@ class SQLiteStore:
                 "SELECT r.scope, r.unit FROM records r WHERE r.last_seq >= (SELECT COUNT(*) FROM items i"
                 " WHERE i.scope = r.scope) OR r.first_seq > r.last_seq",
             "links from or to a unit with no record":
-                "SELECT l.scope, l.src FROM links l LEFT JOIN records r ON r.scope = l.scope AND r.unit = l.src"
+                "SELECT l.scope, l.src FROM links l LEFT JOIN records r ON r.scope = l.scope"
+                " AND r.unit = l.src"
                 " WHERE r.unit IS NULL",
         }
         for what, sql in checks.items():
