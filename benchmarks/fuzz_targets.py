@@ -9,36 +9,16 @@ a crashing input is written by libFuzzer as ``crash-*`` and belongs in ``tests/t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import tempfile
 from pathlib import Path
 
 import atheris
-import numpy as np
 
 from suffice import Memory, NewItem, SufficeError
 from suffice._datasets.locomo import load_locomo
-
-
-class HashEmbedder:
-    """Bag-of-words vectors: fast, and enough for the dense path to run."""
-
-    name, dim = "hash-64", 64
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for w in text.lower().split():
-                out[i, int(hashlib.md5(w.encode()).hexdigest()[:6], 16) % self.dim] += 1.0
-            n = np.linalg.norm(out[i])
-            out[i] = out[i] / n if n > 0 else out[i]
-        return out
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
-
+from suffice._embed.hashing import HashEmbedder
 
 TMP = Path(tempfile.mkdtemp())
 MEM = Memory(TMP / "fuzz.db", embedder=HashEmbedder())

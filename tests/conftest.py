@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from suffice import Memory, NewItem
@@ -42,23 +40,3 @@ def locomo_path() -> Path:
     if not path.exists():
         pytest.skip(f"shared LoCoMo data not found at {path} (set SUFFICE_DATA)")
     return path
-
-
-class HashEmbedder:
-    """Deterministic bag-of-words vectors: enough structure for seeds and links to differ."""
-
-    name = "hash-64"
-    dim = 64
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for w in text.lower().split():
-                out[i, int(hashlib.md5(w.encode()).hexdigest()[:6], 16) % self.dim] += 1.0
-            n = np.linalg.norm(out[i])
-            out[i] = out[i] / n if n > 0 else out[i]
-        return out
-
-    def embed_query(self, text: str) -> np.ndarray:
-        vec: np.ndarray = self.embed([text])[0]
-        return vec

@@ -7,11 +7,11 @@ import string
 from pathlib import Path
 
 import pytest
-from conftest import HashEmbedder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from suffice import InvalidQueryError, Memory, NewItem, StoreConfig
+from suffice._embed.hashing import HashEmbedder
 
 WORDS = ("river gauge flood model rainfall forecast station Porto Douro weekend trip conference "
          "kayak tea coffee shelter cat dinner sister wedding October budget").split()

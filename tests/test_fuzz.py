@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import HashEmbedder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from suffice import Memory, NewItem, SufficeError
+from suffice._embed.hashing import HashEmbedder
 
 CASES = int(os.environ.get("SUFFICE_FUZZ_CASES", "40"))
 FUZZ = settings(max_examples=CASES, deadline=None, suppress_health_check=list(HealthCheck))

@@ -6,12 +6,13 @@ stores can be built in seconds; the budget guarantee does not depend on the embe
 
 from __future__ import annotations
 
-from conftest import HashEmbedder, history_items
+from conftest import history_items
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from suffice import Memory, NewItem, RenderConfig, StoreConfig
 from suffice._config import RenderMode
+from suffice._embed.hashing import HashEmbedder
 from suffice._tokens import count_tokens
 
 WORDS = ("river flood model rainfall Porto Lisbon cat Figo Kyoto trip sister wedding cake nuts "

@@ -117,6 +117,9 @@ class RetrievalConfig(_Config):
         "The usual RRF constant; damps the weight of the very top ranks."))
     bm25_weight: float = Field(0.5, ge=0.0, le=1.0, description=(
         "For fusion='weighted': w in w*BM25_minmax + (1-w)*cosine."))
+    overlap_bm25: bool = Field(True, description=(
+        "Run the BM25 query on a worker thread while the query is embedded (both release the "
+        "GIL); off, one after the other. Which is faster depends on the cores free."))
     dense_scan_items: int = Field(20000, gt=0, le=1_000_000_000, description=(
         "Item vectors are scored one by one up to this many items; above, only those of the "
         "units closest to the query (a fifth as many), so latency stays flat as the log grows."))

@@ -280,7 +280,7 @@ class Retriever:
         # BM25 (SQLite) runs on the worker thread while the query is embedded (ONNX): both
         # release the GIL, so on two cores the shorter of the two costs nothing.
         job = (self._worker().submit(self.store.bm25, scope, terms, piece_limit, bounded)
-               if terms and use_dense else None)
+               if terms and use_dense and config.overlap_bm25 else None)
         qvec = None
         dense: list[tuple[int, float]] = []
         unit_cos = None
