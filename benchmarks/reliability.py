@@ -82,7 +82,9 @@ def crash(kills: int, workdir: Path, rnd: random.Random) -> dict[str, Any]:
             proc = _child("from suffice._cli import main; import sys; "
                           "sys.argv = ['suffice'] + sys.argv[1:]; main()",
                           "--db", db, "add", "--file", str(jsonl), "--scope", "cli")
-        time.sleep(rnd.uniform(0.3, 12.0))
+        # A file import of 3,000 lines takes about 20 s here: kills of imports are spread past
+        # that, so some imports finish and the "all" side of all-or-nothing is seen too.
+        time.sleep(rnd.uniform(0.3, 12.0 if k % 2 == 0 else 36.0))
         proc.send_signal(signal.SIGKILL)
         out, _err = proc.communicate()
         if k % 2 == 0:

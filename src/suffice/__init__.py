@@ -6,7 +6,7 @@ Everything public is importable from here; modules whose names start with ``_`` 
 from ._api import AsyncMemory, Memory
 from ._config import EngineConfig, RenderConfig, RetrievalConfig, StoreConfig
 from ._deep import AgentNote, MemoryAgent
-from ._embed import Embedder, MiniLMEmbedder
+from ._embed import Embedder, HashEmbedder, MiniLMEmbedder, load_encoder
 from ._engine import Answer, BlockReceipt, Receipt
 from ._errors import (
     BudgetError,
@@ -77,6 +77,7 @@ __all__ = [
     "Evidence",
     "Filter",
     "ForgetReport",
+    "HashEmbedder",
     "Hit",
     "ImportFormatError",
     "InvalidInputError",
@@ -115,5 +116,6 @@ __all__ = [
     "SufficiencyRouter",
     "UnknownScopeError",
     "__version__",
+    "load_encoder",
     "make_llm",
 ]

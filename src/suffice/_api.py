@@ -248,11 +248,14 @@ class Memory:
         diff = saved.changed(target)
         if diff and not rebuild:
             what = ", ".join(f"{k} {old!r} (asked for {new!r})" for k, (old, new) in sorted(diff.items()))
-            sets = " ".join(f"--set {k}={new}" for k, (_, new) in sorted(diff.items()) if k != "encoder_dim")
+            sets = " ".join(f"--set {k}={new}" for k, (_, new) in sorted(diff.items())
+                            if k not in ("encoder", "encoder_dim"))
+            # A trained encoder is named by its folder (--encoder), not by a setting.
+            enc = " [--encoder FOLDER]" if "encoder" in diff else ""
             raise StoreConfigError(
                 f"store {self._store.path} was built with {what}; open it with those settings, or "
                 f"re-derive its views from the items (no re-ingest) with Memory(..., rebuild=True) "
-                f"or: suffice --db {self._store.path} rebuild {sets}".rstrip())
+                f"or: suffice --db {self._store.path}{enc} rebuild {sets}".rstrip())
         return saved if not diff else target
 
     def _compose(self, config: StoreConfig) -> None:

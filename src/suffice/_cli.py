@@ -30,6 +30,8 @@ import_app = typer.Typer(no_args_is_help=True, help="Import a dataset file into 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks on real data; --json FILE writes the figures.")
 app.add_typer(import_app, name="import")
 app.add_typer(bench_app, name="bench")
+train_app = typer.Typer(no_args_is_help=True, help="Train the learned parts (needs the [train] extra).")
+app.add_typer(train_app, name="train")
 
 out = Console()
 err = Console(stderr=True)
@@ -88,17 +90,46 @@ def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None
         yield lambda n: bar.advance(task, n)
 
 
-_state: dict[str, str | None] = {"db": None}
+@contextmanager
+def fold_progress() -> Iterator[Callable[[str, int, int], None]]:
+    """Progress of staged work (``stage, done, total``): a bar on a terminal, else a line on
+    stderr every tenth of a stage, so a run in the background can be followed in its log."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+        tasks: dict[str, Any] = {}
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done)
+            if not err.is_terminal and (done == total or done % max(1, total // 10) == 0):
+                print(f"{stage}: {done}/{total}", file=sys.stderr, flush=True)
+        yield report
+
+
+_state: dict[str, str | None] = {"db": None, "encoder": None}
 
 
 @app.callback()
-def _root(db: DbOpt = None) -> None:
+def _root(db: DbOpt = None, encoder: Annotated[str | None, typer.Option(
+        "--encoder", envvar="SUFFICE_ENCODER",
+        help="Folder of a trained encoder (suffice train retriever) to embed with.")] = None) -> None:
     """Options given before the command apply to every command."""
     _state["db"] = db
+    _state["encoder"] = encoder
+
+
+def configured_embedder() -> Any:
+    """The encoder named by --encoder / $SUFFICE_ENCODER, else the default one."""
+    if _state["encoder"]:
+        from ._embed.minilm import load_encoder
+        return load_encoder(_state["encoder"])
+    return "default"
 
 
 def open_memory(db: str | None, **kw: Any) -> Any:
     from ._api import Memory, default_db_path
+    kw.setdefault("embedder", configured_embedder())
     return Memory(db or _state["db"] or default_db_path(), **kw)
 
 
@@ -295,9 +326,12 @@ def rebuild(
         probe = Memory(path, create=False, embedder=None)
         config = probe.store_config.replace(**changes)
         probe.close()
-        with Memory(path, create=False, store_config=config, rebuild=True) as mem:
+        with Memory(path, create=False, store_config=config, rebuild=True,
+                    embedder=configured_embedder()) as mem:
             done = ", ".join(f"{k}={v}" for k, v in changes.items()) or "its own settings"
-            say(f"rebuilt the views of {mem.path} with {done}")
+            s = mem.stats()
+            say(f"rebuilt the views of {mem.path} with {done}; {s.embedded} of {s.items} items "
+                f"have vectors of {mem.store_config.encoder or 'no encoder'}")
 
 
 @app.command()
@@ -367,11 +401,15 @@ def bench_render(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write the PNG plot here.")] = None,
     limit: Annotated[int | None, typer.Option(help="Use only the first N conversations.")] = None,
+    encoders_from: Annotated[Path | None, typer.Option(help=(
+        "Folder of fold encoders kept by `bench retrieval --folds K --keep DIR`: each "
+        "conversation is embedded by the encoder that never saw it."))] = None,
 ) -> None:
     """Share of questions with full gold evidence in the rendered context, per method and B."""
     with errors():
         from ._bench import render as render_bench
-        say(render_bench.main(dataset=dataset, data=data, json_out=json_out, plot=plot, limit=limit))
+        say(render_bench.main(dataset=dataset, data=data, json_out=json_out, plot=plot, limit=limit,
+                              encoders_from=encoders_from))
 
 
 def make_reader(provider: str, model: str | None, base_url: str | None) -> Any:
@@ -604,6 +642,11 @@ def bench_retrieval(
     data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
     db: Annotated[str | None, typer.Option("--db", help="Store to use (default: a temporary one).")] = None,
+    folds: Annotated[int, typer.Option(min=0, max=100, help=(
+        "Also train the encoder on K-1 folds of conversations and score it on the held-out "
+        "fold (rows dense-tuned, fused-tuned); needs the [train] extra. 0: off."))] = 0,
+    epochs: Annotated[int, typer.Option(min=1, max=50, help="Training epochs per fold.")] = 1,
+    keep: Annotated[Path | None, typer.Option(help="Keep the fold encoders and stores here.")] = None,
 ) -> None:
     """Evidence recall@k and all-evidence-in-B for bm25, dense, fused and recency."""
     with errors():
@@ -621,17 +664,76 @@ def bench_retrieval(
                 for conv in convs:
                     mem.add(list(conv.items), scope=conv.scope, progress=advance)
             ingest_s = time.perf_counter() - t0
-            with progress_bar("questions", retrieval.count_questions(convs)) as advance:
-                res = retrieval.run(mem, convs, progress=advance)
+            if folds:
+                from ._bench import folds as cv
+                from ._train.encoder import TrainConfig
+                work = keep or Path(tmp)
+                work.mkdir(parents=True, exist_ok=True)
+                with fold_progress() as report:
+                    res = cv.run(mem, convs, folds, work, config=TrainConfig(epochs=epochs), progress=report)
+            else:
+                with progress_bar("questions", retrieval.count_questions(convs)) as advance:
+                    res = retrieval.run(mem, convs, progress=advance)
             mem.close()
         res["ingest_s"] = ingest_s
         say(retrieval.format_results(res))
+        if folds:
+            from ._bench.folds import format_gains
+            say(format_gains(res))
         if json_out is not None:
             from ._datasets.locomo import default_path
             write_json(json_out, envelope("retrieval", dataset, str(data or default_path()),
                                           {"store": mem.store_config.model_dump(),
                                            "retrieval": mem.retrieval.model_dump()}, res))
             say(f"wrote {json_out}")
+
+
+@train_app.command("retriever")
+def train_retriever(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write model.onnx and card.json to.")],
+    dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(help=(
+        "Conversation to leave out of training, e.g. an acceptance set (repeatable)."))] = None,
+    epochs: Annotated[int, typer.Option(min=1, max=50)] = 1,
+    hard: Annotated[int, typer.Option(min=0, max=50, help="Hard negatives per question.")] = 4,
+) -> None:
+    """Fine-tune the dense encoder on a dataset's evidence annotations and export it (int8 ONNX).
+
+    Use it with `suffice --encoder DIR ...` or `Memory(embedder=load_encoder(DIR))`; an existing
+    store is re-embedded, without re-ingest, by `suffice --encoder DIR --db STORE rebuild`."""
+    with errors():
+        if dataset != "locomo":
+            fail(f"unknown dataset {dataset!r}; train retriever supports: locomo")
+        import tempfile
+
+        from ._api import Memory
+        from ._bench import retrieval
+        from ._train.encoder import TrainConfig, export, steps, train
+        from ._train.pairs import locomo_pairs
+        convs = [c for c in retrieval.load(data) if c.scope not in set(exclude or [])]
+        if not convs:
+            fail("no conversations left to train on")
+        config = TrainConfig(epochs=epochs)
+        with tempfile.TemporaryDirectory() as tmp:
+            base = Memory(Path(tmp) / "base.db")
+            with progress_bar("ingesting", sum(len(c.items) for c in convs)) as advance:
+                for conv in convs:
+                    base.add(list(conv.items), scope=conv.scope, progress=advance)
+            with progress_bar("mining hard negatives", retrieval.count_questions(convs)) as advance:
+                pairs = locomo_pairs(base, convs, hard=hard, progress=advance)
+            base.close()
+        with progress_bar("training", steps(len(pairs), config)) as advance:
+            model, report = train(pairs, config, advance)
+        export(model, out_dir, {
+            "name_prefix": "minilm-locomo", "base": "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0)",
+            "trained_on": sorted(c.scope for c in convs), "excluded": sorted(exclude or []),
+            "dataset": str(data or "shared LoCoMo copy"), "pairs": len(pairs), "hard_negatives": hard,
+            "steps": report.steps, "train_s": round(report.seconds, 1),
+            "train_config": {f: getattr(config, f) for f in config.__dataclass_fields__},
+            "licence": ("weights trained on LoCoMo, which is CC BY-NC 4.0: use and share them for "
+                        "non-commercial purposes only")})
+        say(f"trained on {len(pairs)} questions in {report.seconds:.0f} s; wrote {out_dir}")
 
 
 def main() -> None:

@@ -524,8 +524,7 @@ def _score(call: _Call, ranking: Ranking | None, units: Sequence[Unit], agent: b
         best = np.zeros(int(keys.max()) + 1, dtype=np.float64)
         np.maximum.at(best, keys, vals)
         items_hit = np.flatnonzero(best)
-        unit_of = idx.views.unit_of
-        unit_ids = np.fromiter((unit_of[int(q)] for q in items_hit), dtype=np.int64, count=items_hit.size)
+        unit_ids = idx.views.units_array()[items_hit]
         hit = np.bincount(unit_ids, weights=best[items_hit], minlength=n_units)[:n_units]
     if eligible is not None:
         mask = np.zeros(n_units, dtype=bool)
@@ -743,7 +742,7 @@ def _piece_recovery(call: _Call, scores: _Scores, stream: _Stream, lines: _Lines
     p_arr = np.fromiter((c[1] for c in cand), dtype=np.int64, count=len(cand))
     sc_arr = np.fromiter((scores.piece_score[c] for c in cand), dtype=np.float64, count=len(cand))
     if boost:
-        units_arr = np.fromiter((unit_of[q] for q in seq_arr.tolist()), dtype=np.int64, count=len(cand))
+        units_arr = call.idx.views.units_array()[seq_arr]
         sc_arr = sc_arr + boost * np.fromiter((scores.priority.get(u, 0.0) for u in units_arr.tolist()),
                                               dtype=np.float64, count=len(cand))
     by = np.lexsort((p_arr, -seq_arr, -sc_arr))  # score desc, newer first, piece order

@@ -89,8 +89,7 @@ class ScopeIndex:
         if start >= self.seqs.size:
             return
         seqs, rows = self.seqs[start:], self.matrix[start:]
-        unit_of = self.views.unit_of
-        units = np.fromiter((unit_of[int(q)] for q in seqs), dtype=np.int64, count=seqs.size)
+        units = self.views.units_array()[seqs]
         n_units = len(self.views.units)
         dim = rows.shape[1]
         if self.sums.shape[0] < n_units or self.sums.shape[1] != dim:

@@ -83,6 +83,7 @@ class ScopeViews:
         self.starts: list[int] = []  # cumulative token offset of each item
         self.units: list[Unit] = []
         self.unit_of: list[int] = []
+        self._unit_array = np.zeros(0, dtype=np.int64)
         self._lock = threading.Lock()
 
     @property
@@ -147,4 +148,11 @@ class ScopeViews:
         return Block(b, first, last, sum(self.tokens[first:last + 1]))
 
     def units_array(self) -> np.ndarray:
-        return np.asarray(self.unit_of, dtype=np.int64)
+        """``unit_of`` as an array, for mapping many seqs at once. An item's unit never changes
+        once assigned, so the array is only extended as the log grows, never rebuilt."""
+        arr = self._unit_array
+        n = len(self.unit_of)
+        if arr.shape[0] < n:
+            arr = self._unit_array = np.concatenate(
+                [arr, np.asarray(self.unit_of[arr.shape[0]:n], dtype=np.int64)])
+        return arr

@@ -11,6 +11,7 @@ renderer's cap 0.95*B); the renderer keeps to its cap.
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import time
@@ -21,6 +22,8 @@ from typing import Any
 
 from .._api import Memory
 from .._config import RenderConfig, RenderMode, StoreConfig
+from .._embed.minilm import load_encoder
+from .._errors import InvalidInputError
 from .._tokens import count_tokens
 from .._types import NewItem
 from .report import envelope, markdown_table, write_json
@@ -233,32 +236,78 @@ def ingest(mem: Memory, convs: Sequence[Conversation], progress: Callable[[int],
     return time.perf_counter() - t0
 
 
+def held_out_encoders(folder: Path, convs: Sequence[Conversation]) -> list[tuple[Path, list[Conversation]]]:
+    """The fold encoders a cross-validated retrieval run kept (``encoder_fold*/card.json``), each
+    with the conversations it never saw; together they must cover every conversation once."""
+    out: list[tuple[Path, list[Conversation]]] = []
+    seen: set[str] = set()
+    for card in sorted(folder.glob("encoder_fold*/card.json")):
+        held = set(json.loads(card.read_text(encoding="utf-8")).get("held_out", []))
+        out.append((card.parent, [c for c in convs if c.scope in held]))
+        seen |= held
+    missing = sorted(c.scope for c in convs if c.scope not in seen)
+    if not out or missing:
+        raise InvalidInputError(f"{folder}: no fold encoder holds out {', '.join(missing) or 'anything'} "
+                                "(make them with: suffice bench retrieval --folds K --keep DIR)")
+    return out
+
+
+def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Results of disjoint question sets as one: every mean weighted by its question count."""
+    first = parts[0]
+    methods: dict[str, dict[str, dict[str, float]]] = {}
+    for name in first["methods"]:
+        cats = {cat for p in parts for cat in p["methods"][name]}
+        methods[name] = {}
+        for cat in cats:
+            rows = [p["methods"][name][cat] for p in parts if cat in p["methods"][name]]
+            n = sum(r["n"] for r in rows)
+            methods[name][cat] = {k: (n if k == "n" else sum(r[k] * r["n"] for r in rows) / max(n, 1))
+                                  for k in rows[0]}
+    total = sum(p["questions"] for p in parts)
+    return {**first, "questions": total, "methods": methods,
+            "ms_per_context": {k: sum(p["ms_per_context"][k] * p["questions"] for p in parts) / max(total, 1)
+                               for k in first["ms_per_context"]}}
+
+
 def main(dataset: str = "locomo", data: str | Path | None = None, json_out: str | Path | None = None,
          plot: str | Path | None = None, limit: int | None = None, db: str | Path | None = None,
-         store_config: StoreConfig | None = None, render: RenderConfig | None = None) -> str:
-    """Ingest into a temporary store (or ``db``), score every variant, write JSON and the plot."""
+         store_config: StoreConfig | None = None, render: RenderConfig | None = None,
+         encoders_from: Path | None = None) -> str:
+    """Ingest into a temporary store (or ``db``), score every variant, write JSON and the plot.
+    With ``encoders_from``, each conversation is embedded by the fold encoder that never saw it."""
     convs = load(dataset, data, limit)
     budgets = LOCOMO_BUDGETS if dataset == "locomo" else BEAM_BUDGETS
     n_q = sum(len(c.questions) for c in convs)
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if done[0] % 100 == 0 or done[0] == n_q:
+            print(f"  {done[0]}/{n_q} questions", file=sys.stderr, flush=True)
+
+    runs = ([(None, convs)] if encoders_from is None else
+            [(enc, held) for enc, held in held_out_encoders(encoders_from, convs) if held])
+    parts = []
+    ingest_s = run_s = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        mem = Memory(db or Path(tmp) / "bench.db", store_config=store_config, render=render)
-        try:
-            ingest_s = ingest(mem, convs)
-            done = [0]
-
-            def tick(n: int) -> None:
-                done[0] += n
-                if done[0] % 100 == 0 or done[0] == n_q:
-                    print(f"  {done[0]}/{n_q} questions", file=sys.stderr, flush=True)
-
-            t0 = time.perf_counter()
-            res = run(mem, convs, budgets, progress=tick)
-            res["run_s"] = time.perf_counter() - t0
-            res["ingest_s"] = ingest_s
-            used_settings = {"store": mem.store_config.model_dump(), "retrieval": mem.retrieval.model_dump(),
-                             "render": mem.render_config.model_dump()}
-        finally:
-            mem.close()
+        for i, (enc, part) in enumerate(runs):
+            embedder: Any = load_encoder(enc) if enc is not None else "default"
+            mem = Memory(db if enc is None and db else Path(tmp) / f"bench{i}.db", embedder=embedder,
+                         store_config=store_config, render=render)
+            try:
+                ingest_s += ingest(mem, part)
+                t0 = time.perf_counter()
+                parts.append(run(mem, part, budgets, progress=tick))
+                run_s += time.perf_counter() - t0
+                used_settings = {"store": mem.store_config.model_dump(),
+                                 "retrieval": mem.retrieval.model_dump(),
+                                 "render": mem.render_config.model_dump(),
+                                 "encoders_from": str(encoders_from) if encoders_from else None}
+            finally:
+                mem.close()
+    res = merge(parts)
+    res["run_s"], res["ingest_s"] = run_s, ingest_s
     text = format_results(res)
     if json_out is not None:
         write_json(json_out, envelope("render", dataset, str(data or default_data(dataset)),

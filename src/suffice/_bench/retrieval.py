@@ -56,23 +56,26 @@ def fill(ranking: Sequence[int], cost: Sequence[int], budget: int) -> set[int]:
     return {ranking[i] for i in taken}
 
 
-def run(mem: Memory, convs: Sequence[LocomoConversation],
-        progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    tallies = {m: {c: Tally() for c in ("overall", *map(str, CATEGORIES))} for m in METHODS}
-    times: dict[str, float] = {m: 0.0 for m in METHODS}
+def score(mem: Memory, convs: Sequence[LocomoConversation], methods: Sequence[Method] = METHODS,
+          progress: Callable[[int], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """One record per question (scope, question index, category; per method: recall@k, all@B,
+    recall_in@B) and the seconds each method spent ranking."""
+    records: list[dict[str, Any]] = []
+    times: dict[str, float] = {m: 0.0 for m in methods}
     for conv in convs:
         scope = conv.scope
         items = mem.items(scope=scope)
         by_dia = {str(it.meta.get("dia_id")): it.seq for it in items}
         cost = [count_tokens(it.render()) + 1 for it in items]
         depth = len(items)
-        for q in conv.questions:
+        for qi, q in enumerate(conv.questions):
             if q.category not in CATEGORIES or not q.evidence:
                 continue
             gold = {by_dia[d] for d in q.evidence if d in by_dia}
             if not gold:
                 continue
-            for m in METHODS:
+            rec: dict[str, Any] = {"scope": scope, "q": qi, "category": q.category}
+            for m in methods:
                 t = time.perf_counter()
                 ranking = list(mem.retriever.rank(scope, q.question, mem.retrieval,
                                                   method=m, depth=depth).seqs)
@@ -80,17 +83,33 @@ def run(mem: Memory, convs: Sequence[LocomoConversation],
                 seen = set(ranking)
                 # Items a method leaves unranked (no BM25 term match) follow, newest first.
                 ranking = ranking + [s for s in range(depth - 1, -1, -1) if s not in seen]
-                rec = {k: len(gold & set(ranking[:k])) / len(gold) for k in KS}
                 filled = {b: fill(ranking, cost, b) for b in BUDGETS}
-                all_in = {b: gold <= filled[b] for b in BUDGETS}
-                rec_in = {b: len(gold & filled[b]) / len(gold) for b in BUDGETS}
-                tallies[m]["overall"].add(rec, all_in, rec_in)
-                tallies[m][str(q.category)].add(rec, all_in, rec_in)
+                rec[m] = {"recall_at": {k: len(gold & set(ranking[:k])) / len(gold) for k in KS},
+                          "all_in": {b: gold <= filled[b] for b in BUDGETS},
+                          "recall_in": {b: len(gold & filled[b]) / len(gold) for b in BUDGETS}}
+            records.append(rec)
             if progress is not None:
                 progress(1)
-    n = tallies["fused"]["overall"].n
+    return records, times
+
+
+def summarise(records: Sequence[dict[str, Any]],
+              methods: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
+    tallies = {m: {c: Tally() for c in ("overall", *map(str, CATEGORIES))} for m in methods}
+    for rec in records:
+        for m in methods:
+            r = rec[m]
+            for c in ("overall", str(rec["category"])):
+                tallies[m][c].add(r["recall_at"], r["all_in"], r["recall_in"])
+    return {m: {c: t.summary() for c, t in cats.items()} for m, cats in tallies.items()}
+
+
+def run(mem: Memory, convs: Sequence[LocomoConversation],
+        progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    records, times = score(mem, convs, METHODS, progress)
+    n = len(records)
     return {
-        "methods": {m: {c: t.summary() for c, t in cats.items()} for m, cats in tallies.items()},
+        "methods": summarise(records, METHODS),
         "ms_per_query": {m: 1e3 * times[m] / max(n, 1) for m in METHODS},
         "questions": n,
         "ks": list(KS),

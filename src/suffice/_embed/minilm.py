@@ -47,11 +47,13 @@ class MiniLMEmbedder:
     name = "all-MiniLM-L6-v2-int8"
     dim = 384
 
-    def __init__(self, model_path: str | Path | None = None, *, threads: int = 2,
+    def __init__(self, model_path: str | Path | None = None, *, name: str | None = None, threads: int = 2,
                  max_length: int = 256, batch_size: int = 64, query_cache: int = 1024) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
+        if name is not None:
+            self.name = name
         path = Path(model_path) if model_path is not None else default_model_path()
         if not path.exists():
             raise ModelFileError(f"embedding model not found at {path}")
@@ -117,3 +119,23 @@ class MiniLMEmbedder:
             if len(self._qcache) > self._qcache_size:
                 self._qcache.popitem(last=False)
         return vec
+
+
+def load_encoder(path: str | Path, *, threads: int = 2) -> MiniLMEmbedder:
+    """A trained encoder from the folder ``suffice train retriever`` wrote (``model.onnx`` and
+    ``card.json``); its name, and so the name its vectors carry in a store, comes from the card,
+    and the weights are checked against the card's digest."""
+    import json
+
+    folder = Path(path)
+    card_path, model = folder / "card.json", folder / "model.onnx"
+    if not card_path.is_file() or not model.is_file():
+        raise ModelFileError(f"{folder} is not a trained encoder (needs model.onnx and card.json)")
+    try:
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        name, digest = str(card["name"]), str(card["sha256"])
+    except (ValueError, KeyError, TypeError):
+        raise ModelFileError(f"{card_path}: not a valid encoder card") from None
+    if _sha256(model) != digest:
+        raise ModelFileError(f"{model} does not match the digest in its card")
+    return MiniLMEmbedder(model, name=name, threads=threads)
