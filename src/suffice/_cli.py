@@ -409,7 +409,7 @@ def bench_render(
     with errors():
         from ._bench import render as render_bench
         say(render_bench.main(dataset=dataset, data=data, json_out=json_out, plot=plot, limit=limit,
-                              encoders_from=encoders_from))
+                              encoders_from=encoders_from, embedder=configured_embedder()))
 
 
 def make_reader(provider: str, model: str | None, base_url: str | None) -> Any:

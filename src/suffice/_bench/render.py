@@ -273,7 +273,7 @@ def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def main(dataset: str = "locomo", data: str | Path | None = None, json_out: str | Path | None = None,
          plot: str | Path | None = None, limit: int | None = None, db: str | Path | None = None,
          store_config: StoreConfig | None = None, render: RenderConfig | None = None,
-         encoders_from: Path | None = None) -> str:
+         encoders_from: Path | None = None, embedder: Any = "default") -> str:
     """Ingest into a temporary store (or ``db``), score every variant, write JSON and the plot.
     With ``encoders_from``, each conversation is embedded by the fold encoder that never saw it."""
     convs = load(dataset, data, limit)
@@ -292,8 +292,8 @@ def main(dataset: str = "locomo", data: str | Path | None = None, json_out: str 
     ingest_s = run_s = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for i, (enc, part) in enumerate(runs):
-            embedder: Any = load_encoder(enc) if enc is not None else "default"
-            mem = Memory(db if enc is None and db else Path(tmp) / f"bench{i}.db", embedder=embedder,
+            mem = Memory(db if enc is None and db else Path(tmp) / f"bench{i}.db",
+                         embedder=load_encoder(enc) if enc is not None else embedder,
                          store_config=store_config, render=render)
             try:
                 ingest_s += ingest(mem, part)
@@ -303,7 +303,8 @@ def main(dataset: str = "locomo", data: str | Path | None = None, json_out: str 
                 used_settings = {"store": mem.store_config.model_dump(),
                                  "retrieval": mem.retrieval.model_dump(),
                                  "render": mem.render_config.model_dump(),
-                                 "encoders_from": str(encoders_from) if encoders_from else None}
+                                 "encoders_from": str(encoders_from) if encoders_from else None,
+                                 "encoder": mem.store_config.encoder}
             finally:
                 mem.close()
     res = merge(parts)
