@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suffice import Memory, ModelFileError, NewItem, StoreConfigError
+from suffice import InvalidInputError, Memory, ModelFileError, NewItem, StoreConfigError
 from suffice._datasets.locomo import LocomoConversation, LocomoQuestion
 from suffice._embed.hashing import HashEmbedder
 from suffice._embed.minilm import load_encoder
@@ -32,7 +32,7 @@ def conversation(name: str) -> LocomoConversation:
 def test_folds_deal_conversations_round_robin_and_never_split_one() -> None:
     assert folds(["a", "b", "c", "d", "e"], 2) == [["a", "c", "e"], ["b", "d"]]
     for bad in (1, 6):
-        with pytest.raises(ValueError, match="folds must be between 2"):
+        with pytest.raises(InvalidInputError, match="folds must be between 2"):
             folds(["a", "b", "c", "d", "e"], bad)
 
 
@@ -147,7 +147,6 @@ def test_cross_validated_gains_are_paired_per_question_and_kept_compactly() -> N
 
 
 def test_held_out_results_merge_as_one_run_weighted_by_questions(tmp_path: Path) -> None:
-    from suffice import InvalidInputError
     from suffice._bench.render import held_out_encoders, merge
 
     a = {"questions": 1, "ms_per_context": {"x": 10.0},

@@ -657,6 +657,8 @@ def bench_retrieval(
         from ._bench import retrieval
         from ._bench.report import envelope, write_json
         convs = retrieval.load(data)
+        if folds and not 2 <= folds <= len(convs):
+            fail(f"--folds must be 0 (off) or between 2 and the {len(convs)} conversations, got {folds}")
         with tempfile.TemporaryDirectory() as tmp:
             mem = open_memory(db or str(Path(tmp) / "bench.db"))
             t0 = time.perf_counter()

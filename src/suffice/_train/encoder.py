@@ -120,6 +120,8 @@ def train(pairs: Sequence[Pair], config: TrainConfig = TrainConfig(),
     """Fine-tune a fresh copy of the base encoder on ``pairs``; returns (model, report)."""
     torch = _torch()
     from transformers import BertModel
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # ours is the one shown
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
     model: Any = BertModel.from_pretrained(str(base_model_dir()))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .._api import Memory
 from .._datasets.locomo import LocomoConversation
+from .._errors import InvalidInputError
 from .._text import embedding_text
 
 
@@ -63,7 +64,7 @@ def folds(groups: Sequence[str], k: int) -> list[list[str]]:
     """``groups`` dealt into ``k`` folds in their given order (round robin), so a fold's held-out
     conversations are fixed by the data, not by a random seed."""
     if not 2 <= k <= len(groups):
-        raise ValueError(f"folds must be between 2 and the number of groups ({len(groups)}), got {k}")
+        raise InvalidInputError(f"folds must be between 2 and the number of groups ({len(groups)}), got {k}")
     out: list[list[str]] = [[] for _ in range(k)]
     for i, g in enumerate(groups):
         out[i % k].append(g)
