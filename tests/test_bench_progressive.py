@@ -150,3 +150,12 @@ def test_a_result_names_the_command_that_produced_it():
     assert _command(["/venv/bin/suffice", "bench", "qa", "--limit", "5"]) == "suffice bench qa --limit 5"
     assert _command(["benchmarks/deep_variant.py", "--out", "x.jsonl"]) == \
         "python benchmarks/deep_variant.py --out x.jsonl"
+
+
+def test_benchmark_records_name_shared_data_as_a_checkout_does() -> None:
+    from suffice._bench.report import portable
+    from suffice._datasets.paths import shared_data_dir
+    inside = str(shared_data_dir().resolve() / "locomo" / "locomo_shared.json")
+    assert portable(inside) == "../shared/data/locomo/locomo_shared.json"
+    assert portable("/somewhere/on/this/machine/pypi.tsv") == "pypi.tsv"
+    assert portable("docs/results/x.json") == "docs/results/x.json"

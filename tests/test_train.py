@@ -162,3 +162,4 @@ def test_held_out_results_merge_as_one_run_weighted_by_questions(tmp_path: Path)
     convs = [conversation("c1"), conversation("c2")]
     with pytest.raises(InvalidInputError, match="no fold encoder holds out c2"):
         held_out_encoders(tmp_path, convs)
+

@@ -41,12 +41,22 @@ def _command(argv: list[str]) -> str:
     return " ".join([prog, *argv[1:]])
 
 
+def portable(path: str) -> str:
+    """A data path as any checkout names it: under the shared data folder, relative to it;
+    another absolute path, by its file name only (no path of this machine in a record)."""
+    from .._datasets.paths import shared_data_dir
+    shared = str(shared_data_dir().resolve())
+    if path.startswith(shared):
+        return "../shared/data" + path[len(shared):]
+    return Path(path).name if Path(path).is_absolute() else path
+
+
 def envelope(benchmark: str, dataset: str, data: str, settings: Any, results: Any) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "benchmark": benchmark,
         "dataset": dataset,
-        "data": data,
+        "data": portable(data),
         "command": _command(sys.argv),
         "machine": machine(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
