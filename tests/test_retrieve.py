@@ -186,3 +186,17 @@ def test_a_large_scope_scans_only_the_units_nearest_the_query(memory):
     assert two_stage.unit_cos is not None and full.unit_cos is None
     assert len(two_stage.dense) < len(full.dense)
     assert two_stage.seqs[0] == full.seqs[0]  # the best item lies in the best unit here
+
+
+def test_dense_weight_moves_the_fused_order_between_bm25_and_dense(memory):
+    query = "What is the name of my cat?"
+    rank = memory.retriever.rank
+
+    def order(method, **cfg):
+        return list(rank("dana", query, RetrievalConfig(k=8, **cfg), method=method).seqs)
+
+    bm25, dense = order("bm25"), order("dense")
+    assert bm25 != dense  # otherwise the weight could not show
+    assert order("fused", dense_weight=0.0)[:len(bm25)][:3] == bm25[:3]
+    assert order("fused", dense_weight=100.0)[:3] == dense[:3]
+    assert order("fused") == order("fused", dense_weight=1.0)

@@ -115,6 +115,10 @@ class RetrievalConfig(_Config):
         "mixes min-max BM25 with cosine (A-Mem's hybrid)."))
     rrf_k: int = Field(60, gt=0, le=1_000_000, description=(
         "The usual RRF constant; damps the weight of the very top ranks."))
+    dense_weight: float = Field(1.0, ge=0.0, le=100.0, description=(
+        "Weight of the dense ranking's reciprocal ranks against BM25's 1: in the prefix when "
+        "fusion='rrf', and in the render's piece scores. 1 suits the shipped encoder; with an "
+        "encoder trained as in docs/benchmarks.md section 6, 3 was chosen on held-out folds."))
     bm25_weight: float = Field(0.5, ge=0.0, le=1.0, description=(
         "For fusion='weighted': w in w*BM25_minmax + (1-w)*cosine."))
     overlap_bm25: bool = Field(True, description=(

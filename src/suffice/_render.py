@@ -295,6 +295,7 @@ class _Call:
     cache: _ScopeCache
     config: RenderConfig
     rrf_k: int
+    dense_weight: float
     piece_max_tokens: int
     allowed: set[int] | None
     """Seqs a filter lets through (None: all)."""
@@ -349,7 +350,7 @@ class Renderer:
         if flt is not None and not flt.empty:
             allowed = set(self.store.filter_seqs(scope, replace(flt, before_seq=n_items)).tolist())
         call = _Call(self.store, scope, idx, self._cache(scope, idx), config,
-                     retrieval.rrf_k, self.records.config.piece_max_tokens, allowed)
+                     retrieval.rrf_k, retrieval.dense_weight, self.records.config.piece_max_tokens, allowed)
         timings["sync_ms"] = _ms(t0)
         if cap <= 0 or n_items == 0 or (allowed is not None and not allowed):
             what = "no item matches the filter" if allowed is not None and n_items else \
@@ -508,7 +509,7 @@ def _score(call: _Call, ranking: Ranking | None, units: Sequence[Unit], agent: b
                 cos = np.maximum(np.einsum("ij,j->i", all_vecs[:n_units], qvec), 0.0).astype(np.float64)
     # Dense and BM25 candidates outside the recent window, ranked again among themselves.
     dense = [(q, c) for q, c in ranking.dense if q < first_recent][:depth]
-    dense_part = {q: 1.0 / (rrf_k + 1 + r) for r, (q, _c) in enumerate(dense)}
+    dense_part = {q: call.dense_weight / (rrf_k + 1 + r) for r, (q, _c) in enumerate(dense)}
     item_cos = dict(dense)
     pieces = [(q, p) for q, p, _ in ranking.pieces if q < first_recent][:depth]
     for r, (seq, pidx) in enumerate(pieces):

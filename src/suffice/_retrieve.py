@@ -416,7 +416,7 @@ def _fuse(method: Method, pieces: tuple[tuple[int, int, float], ...], dense: lis
         for r, seq in enumerate(bm_items):
             fused[seq] = fused.get(seq, 0.0) + 1.0 / (config.rrf_k + r + 1)
         for r, (seq, _) in enumerate(dense[:cand]):
-            fused[seq] = fused.get(seq, 0.0) + 1.0 / (config.rrf_k + r + 1)
+            fused[seq] = fused.get(seq, 0.0) + config.dense_weight / (config.rrf_k + r + 1)
     else:
         lo, hi = min(bm_items.values(), default=0.0), max(bm_items.values(), default=0.0)
         span = hi - lo if hi > lo else 1.0
