@@ -192,3 +192,13 @@ def test_check_passes_on_a_sound_store_and_fails_on_a_broken_one(db):
     con.close()
     r = run("--db", db, "check")
     assert r.exit_code == 1 and "items without a piece" in r.output
+
+
+def test_retrieval_settings_before_the_command_apply_to_it_and_bad_ones_are_one_line_errors(db):
+    assert run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana").exit_code == 0
+    r = run("--retrieval", "dense_weight=3", "--db", db, "search", "cat name", "-s", "dana")
+    assert r.exit_code == 0 and "Figo" in r.output
+    r = run("--retrieval", "dense_weight=-1", "--db", db, "search", "cat name", "-s", "dana")
+    assert r.exit_code == 2 and "dense_weight" in r.output and "Traceback" not in r.output
+    r = run("--retrieval", "no_such_knob=1", "--db", db, "search", "cat name", "-s", "dana")
+    assert r.exit_code == 2 and "no_such_knob" in r.output

@@ -107,16 +107,20 @@ def fold_progress() -> Iterator[Callable[[str, int, int], None]]:
         yield report
 
 
-_state: dict[str, str | None] = {"db": None, "encoder": None}
+_state: dict[str, Any] = {"db": None, "encoder": None, "retrieval": []}
 
 
 @app.callback()
 def _root(db: DbOpt = None, encoder: Annotated[str | None, typer.Option(
         "--encoder", envvar="SUFFICE_ENCODER",
-        help="Folder of a trained encoder (suffice train retriever) to embed with.")] = None) -> None:
+        help="Folder of a trained encoder (suffice train retriever) to embed with.")] = None,
+        retrieval: Annotated[list[str] | None, typer.Option(
+            "--retrieval", help=("Retrieval setting KEY=VALUE for this command (repeatable), "
+                                 "e.g. dense_weight=3 with a trained encoder."))] = None) -> None:
     """Options given before the command apply to every command."""
     _state["db"] = db
     _state["encoder"] = encoder
+    _state["retrieval"] = retrieval or []
 
 
 def configured_embedder() -> Any:
@@ -130,6 +134,9 @@ def configured_embedder() -> Any:
 def open_memory(db: str | None, **kw: Any) -> Any:
     from ._api import Memory, default_db_path
     kw.setdefault("embedder", configured_embedder())
+    if _state["retrieval"]:
+        from ._config import RetrievalConfig, parse_overrides
+        kw.setdefault("retrieval", RetrievalConfig(**parse_overrides(_state["retrieval"])))
     return Memory(db or _state["db"] or default_db_path(), **kw)
 
 
