@@ -159,20 +159,19 @@ def steps(n_pairs: int, config: TrainConfig) -> int:
     return math.ceil(n_pairs / config.batch_questions) * config.epochs
 
 
-class _Pooled:
-    """Wraps the encoder so the export's output is ``last_hidden_state`` only, as the runtime
-    embedder expects (it pools itself)."""
+def _hidden_states(torch: Any, model: Any) -> Any:
+    """The encoder as a module whose only output is ``last_hidden_state``, the one output the
+    runtime embedder reads (it pools by itself). torch is imported lazily, hence the class
+    made here."""
+    class HiddenStates(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = model
 
-    def __new__(cls, torch: Any, model: Any) -> Any:
-        class Wrap(torch.nn.Module):  # type: ignore[misc]
-            def __init__(self) -> None:
-                super().__init__()
-                self.m = model
-
-            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-                return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
-        return Wrap()
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids).last_hidden_state
+    return HiddenStates()
 
 
 def int8_weights(src: Path, dst: Path, min_size: int = 4096) -> None:
@@ -227,7 +226,7 @@ def export(model: Any, out_dir: Path, card: dict[str, Any]) -> Path:
     model.eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(_Pooled(torch, model), (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+        torch.onnx.export(_hidden_states(torch, model), (ids, torch.ones_like(ids), torch.zeros_like(ids)),
                           str(fp32), input_names=["input_ids", "attention_mask", "token_type_ids"],
                           output_names=["last_hidden_state"], opset_version=17, dynamo=False,
                           dynamic_axes={n: {0: "batch", 1: "seq"} for n in (
