@@ -27,11 +27,12 @@ from suffice._tokens import count_tokens
 BUDGETS = (2000, 4000)
 
 
-def rrf(lists: list[list[int]], k: int = 60) -> list[int]:
+def rrf(lists: list[list[int]], weights: list[float] | None = None, k: int = 60) -> list[int]:
+    """Reciprocal-rank fusion of ``lists``, each weighted (default 1), best first."""
     score: dict[int, float] = {}
-    for ranking in lists:
+    for ranking, w in zip(lists, weights or [1.0] * len(lists), strict=True):
         for r, s in enumerate(ranking):
-            score[s] = score.get(s, 0.0) + 1.0 / (k + r + 1)
+            score[s] = score.get(s, 0.0) + w / (k + r + 1)
     return sorted(score, key=lambda s: -score[s])
 
 
@@ -70,8 +71,7 @@ def main() -> int:
                     second = [int(seqs_all[i]) for i in np.argsort(-sims)[:100]]
                     out[f"expanded m={m} beta={beta}"] = rrf([bm, dense, second])
                 for name, ranking in out.items():
-                    seen = set(ranking)
-                    ranking = ranking + [s for s in range(n - 1, -1, -1) if s not in seen]
+                    ranking = R.complete(ranking, n)
                     for b in BUDGETS:
                         hit = gold <= R.fill(ranking, cost, b)
                         ok.setdefault(f"{name}|{b}", []).append((q.category, hit))

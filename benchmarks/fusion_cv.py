@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from expansion import rrf
+
 from suffice import Memory, load_encoder
 from suffice._bench import retrieval as R
 from suffice._bench.report import envelope, markdown_table, paired_bootstrap, write_json
@@ -29,15 +31,6 @@ BUDGETS = (1000, 2000, 4000, 8000)
 
 def name(w: float | None) -> str:
     return "dense only" if w is None else "bm25 only" if w == 0.0 else f"rrf dense x{w:g}"
-
-
-def rrf(bm: list[int], dense: list[int], w: float, k: int = 60) -> list[int]:
-    score: dict[int, float] = {}
-    for r, s in enumerate(bm):
-        score[s] = score.get(s, 0.0) + 1.0 / (k + r + 1)
-    for r, s in enumerate(dense):
-        score[s] = score.get(s, 0.0) + w / (k + r + 1)
-    return sorted(score, key=lambda s: -score[s])
 
 
 def main() -> int:
@@ -65,9 +58,8 @@ def main() -> int:
                 dense = [s for s, _ in rk.dense[:100]]
                 row: dict[str, Any] = {"fold": fold, "category": q.category}
                 for w in WEIGHTS:
-                    ranking = dense if w is None else rrf(bm, dense, w)
-                    seen = set(ranking)
-                    ranking = ranking + [s for s in range(n - 1, -1, -1) if s not in seen]
+                    ranking = dense if w is None else rrf([bm, dense], [1.0, w])
+                    ranking = R.complete(ranking, n)
                     row[name(w)] = {b: gold <= R.fill(ranking, cost, b) for b in BUDGETS}
                 rows.append(row)
         mem.close()

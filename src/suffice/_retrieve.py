@@ -334,9 +334,8 @@ class Retriever:
             unit_cos = np.maximum(_matvec(idx.unit_vectors(len(units)), qvec), 0.0)
             pick = unit_cos
             if allowed is not None:  # only units that hold an allowed item are worth a look
-                unit_of = idx.views.unit_of
                 holds = np.zeros(len(units), dtype=bool)
-                holds[np.fromiter((unit_of[int(q)] for q in seqs_all[rows]), dtype=np.int64)] = True
+                holds[idx.views.units_array()[seqs_all[rows]]] = True
                 pick = np.where(holds, unit_cos, -1.0)
             if unit_cos.any():
                 ranges = _best_unit_ranges(seqs_all, units, pick, limit, config.dense_scan_items)

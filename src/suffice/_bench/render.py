@@ -289,6 +289,7 @@ def main(dataset: str = "locomo", data: str | Path | None = None, json_out: str 
     runs = ([(None, convs)] if encoders_from is None else
             [(enc, held) for enc, held in held_out_encoders(encoders_from, convs) if held])
     parts = []
+    encoders: list[str] = []
     ingest_s = run_s = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for i, (enc, part) in enumerate(runs):
@@ -300,13 +301,13 @@ def main(dataset: str = "locomo", data: str | Path | None = None, json_out: str 
                 t0 = time.perf_counter()
                 parts.append(run(mem, part, budgets, progress=tick))
                 run_s += time.perf_counter() - t0
-                used_settings = {"store": mem.store_config.model_dump(),
+                encoders.append(mem.store_config.encoder)
+                used_settings: dict[str, Any] = {"store": mem.store_config.model_dump(),
                                  "retrieval": mem.retrieval.model_dump(),
-                                 "render": mem.render_config.model_dump(),
-                                 "encoders_from": str(encoders_from) if encoders_from else None,
-                                 "encoder": mem.store_config.encoder}
+                                 "render": mem.render_config.model_dump()}
             finally:
                 mem.close()
+    used_settings.update(encoders_from=str(encoders_from) if encoders_from else None, encoders=encoders)
     res = merge(parts)
     res["run_s"], res["ingest_s"] = run_s, ingest_s
     text = format_results(res)

@@ -56,6 +56,13 @@ def fill(ranking: Sequence[int], cost: Sequence[int], budget: int) -> set[int]:
     return {ranking[i] for i in taken}
 
 
+def complete(ranking: Sequence[int], n: int) -> list[int]:
+    """``ranking`` followed by the items of ``0..n-1`` it left out (no BM25 term match, past a
+    depth), newest first: every method then orders the whole history."""
+    seen = set(ranking)
+    return [*ranking, *(s for s in range(n - 1, -1, -1) if s not in seen)]
+
+
 def score(mem: Memory, convs: Sequence[LocomoConversation], methods: Sequence[Method] = METHODS,
           progress: Callable[[int], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """One record per question (scope, question index, category; per method: recall@k, all@B,
@@ -77,12 +84,9 @@ def score(mem: Memory, convs: Sequence[LocomoConversation], methods: Sequence[Me
             rec: dict[str, Any] = {"scope": scope, "q": qi, "category": q.category}
             for m in methods:
                 t = time.perf_counter()
-                ranking = list(mem.retriever.rank(scope, q.question, mem.retrieval,
-                                                  method=m, depth=depth).seqs)
+                ranking = complete(mem.retriever.rank(scope, q.question, mem.retrieval,
+                                                      method=m, depth=depth).seqs, depth)
                 times[m] += time.perf_counter() - t
-                seen = set(ranking)
-                # Items a method leaves unranked (no BM25 term match) follow, newest first.
-                ranking = ranking + [s for s in range(depth - 1, -1, -1) if s not in seen]
                 filled = {b: fill(ranking, cost, b) for b in BUDGETS}
                 rec[m] = {"recall_at": {k: len(gold & set(ranking[:k])) / len(gold) for k in KS},
                           "all_in": {b: gold <= filled[b] for b in BUDGETS},
