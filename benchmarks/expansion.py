@@ -36,6 +36,15 @@ def rrf(lists: list[list[int]], weights: list[float] | None = None, k: int = 60)
     return sorted(score, key=lambda s: -score[s])
 
 
+def rocchio(matrix: np.ndarray, seqs_all: np.ndarray, qvec: np.ndarray, top: list[int], beta: float,
+            depth: int = 100) -> list[int]:
+    """The second round: the query vector moved toward the mean of the ``top`` items' vectors,
+    every item scored again by cosine, best ``depth`` first."""
+    v = qvec + beta * matrix[np.searchsorted(seqs_all, top)].mean(0)
+    sims = matrix @ (v / np.linalg.norm(v))
+    return [int(seqs_all[i]) for i in np.argsort(-sims)[:depth]]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", default="3,5,10", help="values of m")
@@ -66,9 +75,7 @@ def main() -> int:
                 dense = [s for s, _ in rk.dense[:100]]
                 out = {"fused": rrf([bm, dense])}
                 for m, beta in variants:
-                    v = rk.qvec + beta * matrix[np.searchsorted(seqs_all, list(rk.seqs[:m]))].mean(0)
-                    sims = matrix @ (v / np.linalg.norm(v))
-                    second = [int(seqs_all[i]) for i in np.argsort(-sims)[:100]]
+                    second = rocchio(matrix, seqs_all, rk.qvec, list(rk.seqs[:m]), beta)
                     out[f"expanded m={m} beta={beta}"] = rrf([bm, dense, second])
                 for name, ranking in out.items():
                     ranking = R.complete(ranking, n)

@@ -1,4 +1,6 @@
-"""Prefix latency and ingest rate at 10k and 100k items (query embedding included).
+"""Prefix latency and ingest rate at 10k and 100k items (query embedding included), and the
+cost of the optional stages (cross-encoder rerank, a second retrieval round) as ratios to the
+plain prefix measured in the same run.
 
 Items are short real texts: package summaries from the environment's PyPI list when it is
 there, else LoCoMo turns. Queries are three content words drawn from other items, each used
@@ -6,6 +8,7 @@ once, so the query-embedding cache never helps. Baseline in the same run: a brut
 scan that scores every item with Python's ``in`` over words, the naive memory lookup.
 
     python benchmarks/prefix_scale.py --sizes 10000,100000 --json docs/results/prefix_scale.json
+    python benchmarks/prefix_scale.py --sizes 10000 --encoder ENC --reranker RR --expansion
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from suffice import Memory, NewItem, load_encoder
+from expansion import rocchio, rrf
+
+from suffice import Memory, NewItem, RetrievalConfig, load_encoder, load_reranker
 from suffice._bench.report import envelope, percentile, write_json
 from suffice._datasets.paths import shared_data_dir
 from suffice._text import query_terms
@@ -64,17 +69,46 @@ def naive_scan(texts: list[str], q: str) -> list[int]:
     return [i for _, i in scored[:10]]
 
 
+def extra_stages(mem: Memory, qs: list[str], rerank_depths: list[int], expansion: bool) -> dict[str, Any]:
+    """p50 of the prefix with each optional stage, timed query by query beside the plain prefix
+    (the order of the variants rotates per query), and its ratio to the plain prefix's p50."""
+    variants: dict[str, Any] = {"plain": None}
+    variants.update({f"rerank {d}": d for d in rerank_depths})
+    if expansion:
+        variants["expansion m=5 beta=0.6"] = "rocchio"
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    names = list(variants)
+    for i, q in enumerate(qs):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            how = variants[name]
+            t = time.perf_counter()
+            if how == "rocchio":
+                rk = mem.retriever.rank("bench", q, RetrievalConfig(rerank=0), depth=100)
+                seqs_all, matrix = mem.retriever.index("bench").vectors()
+                assert rk.qvec is not None
+                second = rocchio(matrix, seqs_all, rk.qvec, list(rk.seqs[:5]), 0.6)
+                bm = list(dict.fromkeys(s for s, _, _ in rk.pieces))[:100]
+                rrf([bm, [s for s, _ in rk.dense[:100]], second])
+            else:
+                mem.search(q, scope="bench", k=10, retrieval=RetrievalConfig(rerank=how or 0))
+            times[name].append((time.perf_counter() - t) * 1e3)
+    plain = statistics.median(times["plain"])
+    return {name: {"p50_ms": statistics.median(v), "p95_ms": percentile(v, 0.95),
+                   "ratio_to_plain": statistics.median(v) / plain} for name, v in times.items()}
+
+
 def run_size(n: int, n_queries: int, workdir: Path, reuse: Path | None = None,
-             embedder: Any = "default") -> dict[str, object]:
+             embedder: Any = "default", reranker: Any = None, rerank_depths: list[int] | None = None,
+             expansion: bool = False) -> dict[str, object]:
     """Ingest ``n`` items (timed) and time prefix queries; ``reuse`` skips ingest if it exists."""
     texts = corpus(n)
     ingest_s: float | None = None
     if reuse is not None and reuse.exists():
-        mem = Memory(reuse, embedder=embedder)
+        mem = Memory(reuse, embedder=embedder, reranker=reranker)
         if mem.store.max_seq("bench") + 1 != n:
             raise SystemExit(f"{reuse} does not hold {n} items in scope 'bench'")
     else:
-        mem = Memory(reuse or workdir / f"scale_{n}.db", embedder=embedder)
+        mem = Memory(reuse or workdir / f"scale_{n}.db", embedder=embedder, reranker=reranker)
         t0 = time.perf_counter()
         batch = 512
         for b in range(0, n, batch):
@@ -87,7 +121,7 @@ def run_size(n: int, n_queries: int, workdir: Path, reuse: Path | None = None,
     stages: dict[str, list[float]] = {}
     for q in qs:
         t = time.perf_counter()
-        ev = mem.search(q, scope="bench", k=10)
+        ev = mem.search(q, scope="bench", k=10, retrieval=RetrievalConfig(rerank=0))
         totals.append((time.perf_counter() - t) * 1e3)
         for k, v in ev.timings_ms.items():
             if k != "total_ms":
@@ -97,6 +131,8 @@ def run_size(n: int, n_queries: int, workdir: Path, reuse: Path | None = None,
         t = time.perf_counter()
         naive_scan(texts, q)
         naive.append((time.perf_counter() - t) * 1e3)
+    stages_extra = (extra_stages(mem, qs[:max(20, len(qs) // 4)], rerank_depths or [], expansion)
+                    if rerank_depths or expansion else None)
     p50 = statistics.median(totals)
     stage_p50 = {k: statistics.median(v) for k, v in stages.items()}
     share = {k: 100 * v / max(sum(stage_p50.values()), 1e-9) for k, v in stage_p50.items()}
@@ -107,6 +143,7 @@ def run_size(n: int, n_queries: int, workdir: Path, reuse: Path | None = None,
         "prefix_p50_ms": p50, "prefix_p95_ms": percentile(totals, 0.95),
         "stage_p50_ms": stage_p50, "stage_share_pct": share,
         "naive_scan_p50_ms": statistics.median(naive), "speedup_vs_naive": statistics.median(naive) / p50,
+        **({"optional_stages": stages_extra} if stages_extra else {}),
     }
 
 
@@ -120,19 +157,26 @@ def main() -> int:
     ap.add_argument("--encoder", type=Path, help=(
         "a trained encoder folder; a kept store must have been re-embedded with it "
         "(suffice --encoder DIR --db STORE rebuild)"))
+    ap.add_argument("--reranker", type=Path, help="a trained reranker folder: time the prefix with it")
+    ap.add_argument("--rerank-depths", default="10,30", help="candidates reranked, one row each")
+    ap.add_argument("--expansion", action="store_true",
+                    help="time the prefix with the model-free second round of benchmarks/expansion.py")
     args = ap.parse_args()
     embedder: Any = load_encoder(args.encoder) if args.encoder else "default"
+    reranker = load_reranker(args.reranker) if args.reranker else None
+    depths = [int(x) for x in args.rerank_depths.split(",")] if reranker else []
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(x) for x in args.sizes.split(",")):
             reuse = args.store_dir / f"render_{n}.db" if args.store_dir else None
-            r = run_size(n, args.queries, Path(tmp), reuse, embedder)
+            r = run_size(n, args.queries, Path(tmp), reuse, embedder, reranker, depths, args.expansion)
             results.append(r)
             print(json.dumps(r, indent=1), flush=True)
     if args.json:
         doc = envelope("prefix_scale", "pypi-summaries" if PYPI_LIST.exists() else "locomo-turns",
                        str(PYPI_LIST), {"sizes": args.sizes, "queries": args.queries,
-                        "encoder": str(args.encoder or "default")}, results)
+                        "encoder": str(args.encoder or "default"),
+                        "reranker": str(args.reranker or "none")}, results)
         doc["command"] = "python benchmarks/prefix_scale.py " + " ".join(sys.argv[1:])
         write_json(args.json, doc)
     return 0

@@ -18,18 +18,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from suffice import Memory, NewItem, load_encoder
+from suffice import Memory, load_encoder
 from suffice._bench.report import envelope, markdown_table, paired_bootstrap, write_json
-from suffice._datasets.paths import shared_data_dir
+from suffice._datasets.hotpotqa import default_path, items_of, load_hotpotqa
 
 KS = (2, 5, 10)
-
-
-def items_of(entry: dict[str, Any]) -> tuple[list[NewItem], set[tuple[str, int]]]:
-    items = [NewItem(text=sentence.strip(), speaker=title, meta={"title": title, "sent": i})
-             for title, sentences in entry["context"] for i, sentence in enumerate(sentences)
-             if sentence.strip()]
-    return items, {(t, int(i)) for t, i in entry["supporting_facts"]}
 
 
 def score(mem: Memory, data: list[dict[str, Any]], method: str) -> list[dict[int, tuple[float, bool]]]:
@@ -38,7 +31,7 @@ def score(mem: Memory, data: list[dict[str, Any]], method: str) -> list[dict[int
         scope = f"h{n}"
         items = mem.items(scope=scope, limit=None)
         key = {(it.meta["title"], it.meta["sent"]): it.seq for it in items}
-        gold = {key[g] for g in items_of(entry)[1] if g in key}
+        gold = {key[(t, int(i))] for t, i in entry["supporting_facts"] if (t, int(i)) in key}
         ranking = list(mem.retriever.rank(scope, entry["question"], mem.retrieval, method=method,  # type: ignore[arg-type]
                                           depth=len(items)).seqs)
         out.append({k: (len(gold & set(ranking[:k])) / max(len(gold), 1), gold <= set(ranking[:k]))
@@ -51,15 +44,15 @@ def main() -> int:
     ap.add_argument("--encoder", type=Path, required=True, help="a trained encoder folder")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    path = shared_data_dir() / "hotpotqa" / "hotpot_dev_distractor_first103.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
+    path = default_path("dev")
+    data = load_hotpotqa(path)
     res: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         runs = {}
         for name, embedder in (("shipped", "default"), ("trained", load_encoder(args.encoder))):
             mem = Memory(Path(tmp) / f"{name}.db", embedder=embedder)
             for n, entry in enumerate(data):
-                mem.add(items_of(entry)[0], scope=f"h{n}")
+                mem.add(items_of(entry), scope=f"h{n}")
             for method in ("dense", "fused"):
                 runs[(name, method)] = score(mem, data, method)
             mem.close()

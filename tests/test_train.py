@@ -127,8 +127,7 @@ def test_the_cli_embeds_with_a_trained_encoder_and_names_the_way_back_when_they_
 
 
 def test_cross_validated_gains_are_paired_per_question_and_kept_compactly() -> None:
-    from suffice._bench.folds import compact, paired_gains
-    from suffice._bench.retrieval import BUDGETS
+    from suffice._bench.retrieval import BUDGETS, compact, paired_gains
 
     def rec(q: int, category: int, base: bool, tuned: bool) -> dict[str, object]:
         row: dict[str, object] = {"scope": "c", "q": q, "category": category}

@@ -6,7 +6,15 @@ Everything public is importable from here; modules whose names start with ``_`` 
 from ._api import AsyncMemory, Memory
 from ._config import EngineConfig, RenderConfig, RetrievalConfig, StoreConfig
 from ._deep import AgentNote, MemoryAgent
-from ._embed import Embedder, HashEmbedder, MiniLMEmbedder, load_encoder
+from ._embed import (
+    CrossEncoderReranker,
+    Embedder,
+    HashEmbedder,
+    MiniLMEmbedder,
+    Reranker,
+    load_encoder,
+    load_reranker,
+)
 from ._engine import Answer, BlockReceipt, Receipt
 from ._errors import (
     BudgetError,
@@ -71,6 +79,7 @@ __all__ = [
     "ConflictError",
     "Context",
     "ContextPart",
+    "CrossEncoderReranker",
     "DeadlineError",
     "Embedder",
     "EngineConfig",
@@ -101,6 +110,7 @@ __all__ = [
     "Price",
     "ProviderError",
     "Receipt",
+    "Reranker",
     "RenderConfig",
     "RetrievalConfig",
     "RouterDecision",
@@ -117,5 +127,6 @@ __all__ = [
     "UnknownScopeError",
     "__version__",
     "load_encoder",
+    "load_reranker",
     "make_llm",
 ]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from ._config import EngineConfig, RenderConfig, RenderMode, RetrievalConfig, StoreConfig
 from ._deep import MemoryAgent
-from ._embed.protocol import Embedder
+from ._embed.protocol import Embedder, Reranker
 from ._engine import Answer, Engine, Mode
 from ._errors import (
     ConfigError,
@@ -185,14 +185,17 @@ class Memory:
     >>> mem.add("I moved to Lisbon in May.", user_id="ana")  # doctest: +SKIP
     >>> mem.search("Where does she live?", user_id="ana")     # doctest: +SKIP
 
-    ``store_config`` must match the store's saved one (a new store saves it); ``rebuild=True``
-    re-derives the views instead of refusing. ``retrieval``, ``render`` and ``engine`` are the
-    defaults of every read; a call may pass its own, which then applies whole.
+    ``reranker`` (``load_reranker(DIR)``) puts the prefix's first ``retrieval.rerank`` items in
+    order by a cross-encoder on every read. ``store_config`` must match the store's saved one (a
+    new store saves it); ``rebuild=True`` re-derives the views instead of refusing. ``retrieval``,
+    ``render`` and ``engine`` are the defaults of every read; a call may pass its own, which then
+    applies whole.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  store_config: StoreConfig | None = None,
                  embedder: Embedder | Literal["default"] | None = "default",
+                 reranker: Reranker | None = None,
                  record_writer: RecordWriter | None = None,
                  retrieval: RetrievalConfig | None = None, render: RenderConfig | None = None,
                  engine: EngineConfig | None = None, llm: LLM | None = None,
@@ -212,6 +215,7 @@ class Memory:
             self._store.close()
             raise
         self._record_writer = record_writer
+        self.reranker = reranker
         self._compose(config)
         self._llm = llm
         self._llm_lock = threading.Lock()
@@ -263,7 +267,7 @@ class Memory:
         if old is not None:
             old.close()
         self.store_config = config
-        self._retriever = Retriever(self._store, self.embedder, config)
+        self._retriever = Retriever(self._store, self.embedder, config, self.reranker)
         self._records = RecordIndex(self._store, self._retriever, config, self._record_writer)
         self._renderer = Renderer(self._store, self._retriever, self._records)
 

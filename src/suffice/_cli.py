@@ -107,19 +107,24 @@ def fold_progress() -> Iterator[Callable[[str, int, int], None]]:
         yield report
 
 
-_state: dict[str, Any] = {"db": None, "encoder": None, "retrieval": []}
+_state: dict[str, Any] = {"db": None, "encoder": None, "reranker": None, "retrieval": []}
 
 
 @app.callback()
 def _root(db: DbOpt = None, encoder: Annotated[str | None, typer.Option(
         "--encoder", envvar="SUFFICE_ENCODER",
         help="Folder of a trained encoder (suffice train retriever) to embed with.")] = None,
+        reranker: Annotated[str | None, typer.Option(
+            "--reranker", envvar="SUFFICE_RERANKER",
+            help="Folder of a trained reranker (suffice train reranker) to order the prefix's "
+                 "first candidates with (how many: --retrieval rerank=N, default 30).")] = None,
         retrieval: Annotated[list[str] | None, typer.Option(
             "--retrieval", help=("Retrieval setting KEY=VALUE for this command (repeatable), "
                                  "e.g. dense_weight=3 with a trained encoder."))] = None) -> None:
     """Options given before the command apply to every command."""
     _state["db"] = db
     _state["encoder"] = encoder
+    _state["reranker"] = reranker
     _state["retrieval"] = retrieval or []
 
 
@@ -134,6 +139,9 @@ def configured_embedder() -> Any:
 def open_memory(db: str | None, **kw: Any) -> Any:
     from ._api import Memory, default_db_path
     kw.setdefault("embedder", configured_embedder())
+    if _state["reranker"]:
+        from ._embed.rerank import load_reranker
+        kw.setdefault("reranker", load_reranker(_state["reranker"]))
     if _state["retrieval"]:
         from ._config import RetrievalConfig, parse_overrides
         kw.setdefault("retrieval", RetrievalConfig(**parse_overrides(_state["retrieval"])))
@@ -645,103 +653,202 @@ def ask(
 
 @bench_app.command("retrieval")
 def bench_retrieval(
-    dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
-    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    dataset: Annotated[str, typer.Option(
+        help="Dataset: locomo, beam, ama (AMA-Bench) or hotpotqa.")] = "locomo",
+    data: Annotated[Path | None, typer.Option(
+        help="Dataset file or folder (default: the shared copy).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
     db: Annotated[str | None, typer.Option("--db", help="Store to use (default: a temporary one).")] = None,
     folds: Annotated[int, typer.Option(min=0, max=100, help=(
-        "Also train the encoder on K-1 folds of conversations and score it on the held-out "
-        "fold (rows dense-tuned, fused-tuned); needs the [train] extra. 0: off."))] = 0,
+        "LoCoMo: also train the encoder on K-1 folds of conversations and score it on the "
+        "held-out fold (rows dense-tuned, fused-tuned); needs the [train] extra. 0: off."))] = 0,
     epochs: Annotated[int, typer.Option(min=1, max=50, help="Training epochs per fold.")] = 1,
-    keep: Annotated[Path | None, typer.Option(help="Keep the fold encoders and stores here.")] = None,
+    keep: Annotated[Path | None, typer.Option(help=(
+        "Keep the fold models and stores here; a rerun reuses those trained on the same folds."))] = None,
+    rerank: Annotated[bool, typer.Option(help=(
+        "With --folds: also train a cross-encoder reranker per fold and report the trained "
+        "prefix reordered by it at several depths."))] = False,
+    tuned_encoder: Annotated[Path | None, typer.Option(help=(
+        "Also rank with this trained encoder (rows dense-tuned, fused-tuned, with paired gains): "
+        "how an encoder transfers to a dataset it was not trained on."))] = None,
 ) -> None:
     """Evidence recall@k and all-evidence-in-B for bm25, dense, fused and recency."""
     with errors():
-        if dataset != "locomo":
-            fail(f"unknown dataset {dataset!r}; bench retrieval supports: locomo")
         import tempfile
 
         from ._bench import retrieval
         from ._bench.report import envelope, write_json
-        convs = retrieval.load(data)
-        if folds and not 2 <= folds <= len(convs):
-            fail(f"--folds must be 0 (off) or between 2 and the {len(convs)} conversations, got {folds}")
+        if rerank and not folds:
+            fail("--rerank needs --folds K: a reranker is only judged on conversations it never saw")
+        if folds and dataset != "locomo":
+            fail("--folds is implemented for locomo; for other datasets use --tuned-encoder")
+        if folds and tuned_encoder:
+            fail("--folds trains its own encoders; --tuned-encoder is for a dataset it was not trained on")
+        evset = retrieval.load_set(dataset, data)
+        if folds and not 2 <= folds <= len(evset.histories):
+            fail(f"--folds must be 0 (off) or between 2 and the {len(evset.histories)} conversations, "
+                 f"got {folds}")
+        tuned_embedder = None
+        if tuned_encoder is not None:
+            from ._embed.minilm import load_encoder
+            tuned_embedder = load_encoder(tuned_encoder)
         with tempfile.TemporaryDirectory() as tmp:
             mem = open_memory(db or str(Path(tmp) / "bench.db"))
             t0 = time.perf_counter()
-            with progress_bar("ingesting", sum(len(c.items) for c in convs)) as advance:
-                for conv in convs:
-                    mem.add(list(conv.items), scope=conv.scope, progress=advance)
+            n_items = sum(len(items) for _, items in evset.histories)
+            with progress_bar("ingesting", n_items) as advance:
+                for scope, items in evset.histories:
+                    mem.add(items, scope=scope, progress=advance)
             ingest_s = time.perf_counter() - t0
             if folds:
                 from ._bench import folds as cv
                 from ._train.encoder import TrainConfig
+                convs = retrieval.load(data)
                 work = keep or Path(tmp)
                 work.mkdir(parents=True, exist_ok=True)
                 with fold_progress() as report:
-                    res = cv.run(mem, convs, folds, work, config=TrainConfig(epochs=epochs), progress=report)
+                    if rerank:
+                        from ._bench import rerank as rr
+                        res = rr.run(mem, convs, folds, work, encoder_config=TrainConfig(epochs=epochs),
+                                     progress=report)
+                    else:
+                        res = cv.run(mem, convs, folds, work, config=TrainConfig(epochs=epochs),
+                                     progress=report)
             else:
-                with progress_bar("questions", retrieval.count_questions(convs)) as advance:
-                    res = retrieval.run(mem, convs, progress=advance)
+                tuned = None
+                if tuned_embedder is not None:
+                    tuned = open_memory(str(Path(tmp) / "tuned.db"), embedder=tuned_embedder)
+                    with progress_bar("ingesting (trained encoder)", n_items) as advance:
+                        for scope, items in evset.histories:
+                            tuned.add(items, scope=scope, progress=advance)
+                questions = evset.questions(mem)
+                with progress_bar("questions", len(questions) * (2 if tuned else 1)) as advance:
+                    res = retrieval.run_set(mem, questions, tuned, progress=advance)
+                if tuned is not None:
+                    res["tuned_encoder"] = tuned_embedder.name if tuned_embedder else None
+                    tuned.close()
             mem.close()
         res["ingest_s"] = ingest_s
         say(retrieval.format_results(res))
-        if folds:
+        if "paired" in res:
             from ._bench.folds import format_gains
-            say(format_gains(res))
+            say(format_gains(res, only_overall=rerank))
         if json_out is not None:
-            from ._datasets.locomo import default_path
-            write_json(json_out, envelope("retrieval", dataset, str(data or default_path()),
+            write_json(json_out, envelope("retrieval", dataset, evset.source,
                                           {"store": mem.store_config.model_dump(),
                                            "retrieval": mem.retrieval.model_dump()}, res))
             say(f"wrote {json_out}")
 
 
+LICENCES = {
+    "locomo": "LoCoMo: CC BY-NC 4.0 (non-commercial use only)",
+    "beam": "BEAM: no licence stated by its authors (research use; terms unconfirmed)",
+    "ama": "AMA-Bench: licence unconfirmed (MIT code; trajectories from benchmarks with their own terms)",
+    "hotpotqa-train": "HotpotQA: CC BY-SA 4.0",
+    "hotpotqa": "HotpotQA: CC BY-SA 4.0",
+}
+
+
+def training_pairs(datasets: list[str], data: Path | None, exclude: list[str], hard: int,
+                   work: Path) -> tuple[list[Any], list[str]]:
+    """Pairs mined from each dataset with the default prefix, leaving out ``exclude`` groups;
+    returns them and the groups trained on."""
+    from ._api import Memory
+    from ._bench import retrieval
+    from ._train.pairs import mine
+    if data is not None and len(datasets) > 1:
+        fail("--data names one dataset's file; give one --dataset with it")
+    pairs, groups = [], []
+    for name in datasets:
+        evset = retrieval.load_set(name, data)
+        histories = [(scope, items) for scope, items in evset.histories if scope not in exclude]
+        base = Memory(work / f"{name}.db")
+        with progress_bar(f"ingesting {name}", sum(len(items) for _, items in histories)) as advance:
+            for scope, items in histories:
+                base.add(items, scope=scope, progress=advance)
+        questions = [q for q in evset.questions(base) if q.group not in exclude]
+        with progress_bar(f"mining hard negatives ({name})", len(questions)) as advance:
+            pairs += mine(base, questions, hard=hard, progress=advance)
+        groups += sorted({q.group for q in questions})
+        base.close()
+    if not pairs:
+        fail("no annotated questions left to train on")
+    return pairs, groups
+
+
+DatasetsOpt = Annotated[list[str] | None, typer.Option("--dataset", help=(
+    "Dataset to train on (repeatable): locomo, beam, ama, hotpotqa-train (HotpotQA's train "
+    "sample; hotpotqa is its dev set, kept for evaluation)."))]
+ExcludeOpt = Annotated[list[str] | None, typer.Option(help=(
+    "Conversation or episode (scope) to leave out of training, e.g. an acceptance set (repeatable)."))]
+
+
 @train_app.command("retriever")
 def train_retriever(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder to write model.onnx and card.json to.")],
-    dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
+    dataset: DatasetsOpt = None,
     data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
-    exclude: Annotated[list[str] | None, typer.Option(help=(
-        "Conversation to leave out of training, e.g. an acceptance set (repeatable)."))] = None,
+    exclude: ExcludeOpt = None,
     epochs: Annotated[int, typer.Option(min=1, max=50)] = 1,
     hard: Annotated[int, typer.Option(min=0, max=50, help="Hard negatives per question.")] = 4,
 ) -> None:
-    """Fine-tune the dense encoder on a dataset's evidence annotations and export it (int8 ONNX).
+    """Fine-tune the dense encoder on datasets' evidence annotations and export it (int8 ONNX).
 
     Use it with `suffice --encoder DIR ...` or `Memory(embedder=load_encoder(DIR))`; an existing
     store is re-embedded, without re-ingest, by `suffice --encoder DIR --db STORE rebuild`."""
     with errors():
-        if dataset != "locomo":
-            fail(f"unknown dataset {dataset!r}; train retriever supports: locomo")
         import tempfile
 
-        from ._api import Memory
-        from ._bench import retrieval
         from ._train.encoder import TrainConfig, export, steps, train
-        from ._train.pairs import locomo_pairs
-        convs = [c for c in retrieval.load(data) if c.scope not in set(exclude or [])]
-        if not convs:
-            fail("no conversations left to train on")
+        datasets = dataset or ["locomo"]
         config = TrainConfig(epochs=epochs)
         with tempfile.TemporaryDirectory() as tmp:
-            base = Memory(Path(tmp) / "base.db")
-            with progress_bar("ingesting", sum(len(c.items) for c in convs)) as advance:
-                for conv in convs:
-                    base.add(list(conv.items), scope=conv.scope, progress=advance)
-            with progress_bar("mining hard negatives", retrieval.count_questions(convs)) as advance:
-                pairs = locomo_pairs(base, convs, hard=hard, progress=advance)
-            base.close()
+            pairs, groups = training_pairs(datasets, data, exclude or [], hard, Path(tmp))
         with progress_bar("training", steps(len(pairs), config)) as advance:
             model, report = train(pairs, config, advance)
         export(model, out_dir, {
-            "name_prefix": "minilm-locomo", "base": "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0)",
-            "trained_on": sorted(c.scope for c in convs), "excluded": sorted(exclude or []),
-            "dataset": str(data or "shared LoCoMo copy"), "pairs": len(pairs), "hard_negatives": hard,
+            "name_prefix": "minilm-" + "-".join(datasets), "base": "sentence-transformers/all-MiniLM-L6-v2 "
+            "(Apache-2.0)", "datasets": datasets, "trained_on": groups, "excluded": sorted(exclude or []),
+            "data": str(data or "shared copies"), "pairs": len(pairs), "hard_negatives": hard,
             "steps": report.steps, "train_s": round(report.seconds, 1),
             "train_config": {f: getattr(config, f) for f in config.__dataclass_fields__},
-            "licence": ("weights trained on LoCoMo, which is CC BY-NC 4.0: use and share them for "
-                        "non-commercial purposes only")})
+            "licence": "weights derived from: " + "; ".join(LICENCES[d] for d in datasets)
+                       + ". Share and use them only as all of these allow."})
+        say(f"trained on {len(pairs)} questions in {report.seconds:.0f} s; wrote {out_dir}")
+
+
+@train_app.command("reranker")
+def train_reranker_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write model.onnx and card.json to.")],
+    dataset: DatasetsOpt = None,
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    exclude: ExcludeOpt = None,
+    epochs: Annotated[int, typer.Option(min=1, max=50)] = 1,
+    hard: Annotated[int, typer.Option(min=1, max=50, help="Hard negatives per question.")] = 7,
+) -> None:
+    """Train the cross-encoder reranker (MiniLM with a score head) on datasets' evidence
+    annotations and export it (int8 ONNX); use it with `suffice --reranker DIR ...` or
+    `Memory(reranker=load_reranker(DIR))`."""
+    with errors():
+        import tempfile
+
+        from ._train.encoder import steps
+        from ._train.reranker import RerankConfig, export_reranker, train_reranker
+        datasets = dataset or ["locomo"]
+        config = RerankConfig(epochs=epochs)
+        with tempfile.TemporaryDirectory() as tmp:
+            pairs, groups = training_pairs(datasets, data, exclude or [], hard, Path(tmp))
+        pairs = [p for p in pairs if p.negatives]
+        with progress_bar("training", steps(len(pairs), config)) as advance:
+            model, report = train_reranker(pairs, config, advance)
+        export_reranker(model, out_dir, {
+            "name_prefix": "minilm-rerank-" + "-".join(datasets), "base": "sentence-transformers/"
+            "all-MiniLM-L6-v2 (Apache-2.0) with a new score head", "datasets": datasets, "trained_on": groups,
+            "excluded": sorted(exclude or []), "pairs": len(pairs), "hard_negatives": hard,
+            "steps": report.steps, "train_s": round(report.seconds, 1),
+            "train_config": {f: getattr(config, f) for f in config.__dataclass_fields__},
+            "licence": "weights derived from: " + "; ".join(LICENCES[d] for d in datasets)
+                       + ". Share and use them only as all of these allow."})
         say(f"trained on {len(pairs)} questions in {report.seconds:.0f} s; wrote {out_dir}")
 
 

@@ -124,6 +124,9 @@ class RetrievalConfig(_Config):
     overlap_bm25: bool = Field(True, description=(
         "Run the BM25 query on a worker thread while the query is embedded (both release the "
         "GIL); off, one after the other. Which is faster depends on the cores free."))
+    rerank: int = Field(30, ge=0, le=10_000, description=(
+        "When a reranker is loaded, how many of the fused prefix's first items it puts in "
+        "order (0: none). Each costs one cross-encoder pass."))
     dense_scan_items: int = Field(20000, gt=0, le=1_000_000_000, description=(
         "Item vectors are scored one by one up to this many items; above, only those of the "
         "units closest to the query (a fifth as many), so latency stays flat as the log grows."))

@@ -186,6 +186,10 @@ class Engine:
         ranked = self.retriever.evidence(ranking)
         evidence = ranked.top(retrieval.k)
         stages["prefix"] = _ms(t0)
+        if "rerank_ms" in ranking.timings_ms:  # part of the prefix, shown apart for its cost
+            stages["rerank"] = ranking.timings_ms["rerank_ms"]
+        if ranking.notice:
+            notes.append(ranking.notice)
 
         decision: RouterDecision | None = None
         path: Path = "fast" if mode == "fast" else "deep"

@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 
 from ._config import RetrievalConfig, StoreConfig
-from ._embed.protocol import Embedder
+from ._embed.protocol import Embedder, Reranker
 from ._errors import InvalidQueryError, StoreError
 from ._store.base import Store
 from ._text import embedding_text, query_terms
@@ -123,7 +123,8 @@ class ScopeIndex:
 class Ranking:
     """One query's ranking of one scope, with every source's scores kept.
 
-    ``seqs`` / ``scores``: items in the method's order, best first. ``pieces``: BM25's pieces,
+    ``seqs`` / ``scores``: items in the method's order, best first (the first ``reranked`` in the
+    reranker's order). ``pieces``: BM25's pieces,
     best first, as (seq, piece index, score). ``dense``: items by cosine, best first.
     ``size``: how many items of the log the ranking saw (later items wait for the next query).
     """
@@ -145,6 +146,11 @@ class Ranking:
     """How deep each ranker was read for the fused order (the hits' dense scores come from it)."""
     index: ScopeIndex | None = field(default=None, repr=False, compare=False)
     """The scope's state as the ranking saw it: views (unit, blocks of each hit), generation."""
+    reranked: int = 0
+    """How many of the first ``seqs`` a cross-encoder put in order (their ``scores`` stay the
+    fused ones, so a hit's score means the same with or without a reranker)."""
+    notice: str = ""
+    """What went wrong on the way, when the ranking fell back to a cheaper one."""
 
     @property
     def best_piece(self) -> dict[int, int]:
@@ -174,9 +180,11 @@ class Retriever:
     callback with :meth:`on_reset` and drop it when the store's generation changes.
     """
 
-    def __init__(self, store: Store, embedder: Embedder | None, config: StoreConfig) -> None:
+    def __init__(self, store: Store, embedder: Embedder | None, config: StoreConfig,
+                 reranker: Reranker | None = None) -> None:
         self.store = store
         self.embedder = embedder
+        self.reranker = reranker
         self.config = config
         self._scopes: dict[str, ScopeIndex] = {}
         self._generation = -1
@@ -297,15 +305,40 @@ class Retriever:
             pieces = tuple(self.store.bm25(scope, terms, piece_limit, bounded)) if terms else ()
         timings["bm25_ms"] = _ms(t)
         t = time.perf_counter()
+        n_rerank = config.rerank if self.reranker is not None and method != "recency" else 0
         if method == "recency":
             seqs = self._recent(scope, size, depth, bounded)
             order, scores = seqs, [float(s) for s in seqs]
         else:
-            order, scores = _fuse(method, pieces, dense, cand, depth, config)
+            order, scores = _fuse(method, pieces, dense, cand, max(depth, n_rerank), config)
         timings["fuse_ms"] = _ms(t)
+        reranked, notice = 0, ""
+        if n_rerank and len(order) > 1:
+            t = time.perf_counter()
+            try:
+                order, scores, reranked = self._rerank(scope, query, order, scores, n_rerank)
+            except Exception as exc:  # the fused order stands; the receipt says why
+                notice = f"reranker failed ({type(exc).__name__}: {exc}); kept the fused order"
+            timings["rerank_ms"] = _ms(t)
+        order, scores = order[:depth], scores[:depth]
         timings["total_ms"] = _ms(t0)
         return Ranking(scope, query, method, tuple(order), tuple(scores), pieces, tuple(dense), qvec,
-                       size, flt, unit_cos, timings, cand, idx)
+                       size, flt, unit_cos, timings, cand, idx, min(reranked, depth), notice)
+
+    def _rerank(self, scope: str, query: str, order: list[int], scores: list[float],
+                n: int) -> tuple[list[int], list[float], int]:
+        """The first ``n`` of ``order`` sorted by the cross-encoder (ties: fused order)."""
+        assert self.reranker is not None
+        head = order[:n]
+        items = {it.seq: it for it in self.store.items(scope, head)}
+        head = [s for s in head if s in items]
+        ce = self.reranker.score(query, [embedding_text(items[s].speaker, items[s].text) for s in head])
+        fused = dict(zip(order, scores, strict=False))
+        ranked = [head[i] for i in sorted(range(len(head)), key=lambda i: (-float(ce[i]), i))]
+        seen = set(head)
+        rest = [s for s in order if s not in seen]
+        new = ranked + rest
+        return new, [fused[s] for s in new], len(ranked)
 
     def _dense(self, scope: str, idx: ScopeIndex, qvec: np.ndarray, depth: int, flt: Filter,
                config: RetrievalConfig) -> tuple[list[tuple[int, float]], np.ndarray | None]:

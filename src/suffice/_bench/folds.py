@@ -7,6 +7,7 @@ as positives nor as hard negatives. Hard negatives are mined with the untrained 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,13 +16,10 @@ from typing import Any
 from .._api import Memory
 from .._datasets.locomo import LocomoConversation
 from .._embed.minilm import load_encoder
-from .._retrieve import Method
+from .._errors import SufficeError
 from .._train.encoder import TrainConfig, export, steps, train
 from .._train.pairs import folds, locomo_pairs
-from .report import paired_bootstrap
-from .retrieval import BUDGETS, CATEGORIES, METHODS, score, summarise
-
-TUNED: tuple[Method, ...] = ("dense", "fused")
+from .retrieval import METHODS, TUNED, compact, paired_gains, score, summarise
 
 
 def run(base: Memory, convs: Sequence[LocomoConversation], k: int, workdir: Path, *,
@@ -37,32 +35,12 @@ def run(base: Memory, convs: Sequence[LocomoConversation], k: int, workdir: Path
         train_convs = [c for c in convs if c.scope not in held]
         test_convs = [c for c in convs if c.scope in held]
         t0 = time.perf_counter()
-        pairs = locomo_pairs(base, train_convs, hard=hard, seed=f)
-        total = steps(len(pairs), config)
-        done = [0]
-
-        def tick(n: int, _total: int = total, _f: int = f, _done: list[int] = done) -> None:
-            _done[0] += n
-            if progress is not None:
-                progress(f"fold {_f + 1}/{k} training", _done[0], _total)
-
-        model, report = train(pairs, config, tick)
-        enc_dir = export(model, workdir / f"encoder_fold{f}", {
-            "name_prefix": f"minilm-locomo-fold{f}", "trained_on": sorted(c.scope for c in train_convs),
-            "held_out": sorted(held), "pairs": len(pairs), "steps": report.steps,
-            "train_s": round(report.seconds, 1),
-            "licence": "trained on LoCoMo (CC BY-NC 4.0): non-commercial use only"})
-        del model
-        mem = Memory(workdir / f"fold{f}.db", embedder=load_encoder(enc_dir))
-        for conv in test_convs:
-            mem.add(list(conv.items), scope=conv.scope)
+        enc_dir, info = fold_encoder(base, train_convs, held, f, k, workdir, config, hard, progress)
+        mem = held_out_memory(workdir, f, enc_dir, test_convs)
         recs, _ = score(mem, test_convs, TUNED)
         mem.close()
         held_records += recs
-        fold_info.append({"held_out": held, "train_pairs": len(pairs), "steps": report.steps,
-                          "train_s": report.seconds, "wall_s": time.perf_counter() - t0,
-                          "first_loss": report.losses[0] if report.losses else None,
-                          "last_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))})
+        fold_info.append({**info, "wall_s": time.perf_counter() - t0})
     # Join: the base records gain "<method>-tuned" entries from the held-out runs.
     key = {(r["scope"], r["q"]): r for r in base_records}
     for r in held_records:
@@ -75,35 +53,74 @@ def run(base: Memory, convs: Sequence[LocomoConversation], k: int, workdir: Path
             "records_compact": compact(base_records, methods)}
 
 
-def compact(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
-    """Per question, all-evidence-in-B of each method as one string of bits (one per budget):
-    enough to recompute every all@B figure and interval, at a twentieth of the size."""
-    budgets = "/".join(map(str, BUDGETS))
-    return {"fields": ["scope", "q", "category", *(f"{m} all@{budgets}" for m in methods)],
-            "rows": [[r["scope"], r["q"], r["category"],
-                      *("".join("1" if r[m]["all_in"][b] else "0" for b in BUDGETS) for m in methods)]
-                     for r in records]}
+def fold_encoder(base: Memory, train_convs: Sequence[LocomoConversation], held: Sequence[str], f: int,
+                 k: int, workdir: Path, config: TrainConfig, hard: int = 4,
+                 progress: Callable[[str, int, int], None] | None = None) -> tuple[Path, dict[str, Any]]:
+    """Fold ``f``'s encoder in ``workdir/encoder_fold{f}``: the one already there when its card
+    says it was trained on exactly ``train_convs`` (a rerun resumes), else a new one."""
+    enc_dir = workdir / f"encoder_fold{f}"
+    trained_on = sorted(c.scope for c in train_convs)
+    card = read_card(enc_dir)
+    if card.get("trained_on") == trained_on and card.get("held_out") == sorted(held):
+        return enc_dir, {"held_out": list(held), "reused": card["name"], "train_pairs": card.get("pairs"),
+                         "steps": card.get("steps"), "train_s": card.get("train_s")}
+    pairs = locomo_pairs(base, train_convs, hard=hard, seed=f)
+    total = steps(len(pairs), config)
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(f"fold {f + 1}/{k} training", done[0], total)
+
+    model, report = train(pairs, config, tick)
+    export(model, enc_dir, {
+        "name_prefix": f"minilm-locomo-fold{f}", "trained_on": trained_on,
+        "held_out": sorted(held), "pairs": len(pairs), "steps": report.steps,
+        "train_s": round(report.seconds, 1),
+        "licence": "trained on LoCoMo (CC BY-NC 4.0): non-commercial use only"})
+    return enc_dir, {"held_out": list(held), "train_pairs": len(pairs), "steps": report.steps,
+                     "train_s": report.seconds, "first_loss": report.losses[0] if report.losses else None,
+                     "last_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))}
 
 
-def paired_gains(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
-    """Tuned minus untrained, per question, all-evidence-in-B: mean and 95% bootstrap interval
-    in points, overall and per category."""
-    out: dict[str, dict[str, list[float]]] = {}
-    for m in TUNED:
-        for c in ("overall", *map(str, CATEGORIES)):
-            sel = [r for r in records if c == "overall" or str(r["category"]) == c]
-            for b in BUDGETS:
-                a = [100.0 * r[f"{m}-tuned"]["all_in"][b] for r in sel]
-                z = [100.0 * r[m]["all_in"][b] for r in sel]
-                out.setdefault(f"{m}-tuned vs {m}", {})[f"{c} all@{b}"] = list(paired_bootstrap(a, z))
-    return out
+def held_out_memory(workdir: Path, f: int, enc_dir: Path, test_convs: Sequence[LocomoConversation],
+                    **kw: Any) -> Memory:
+    """A store of the held-out conversations embedded by the fold's encoder (reused when a
+    previous run left it complete; a store of another encoder is replaced)."""
+    path = workdir / f"fold{f}.db"
+    encoder = load_encoder(enc_dir)
+    if path.exists():
+        try:
+            mem = Memory(path, embedder=encoder, **kw)
+            if all(len(mem.items(scope=c.scope, limit=None)) == len(c.items) for c in test_convs):
+                return mem
+            mem.close()
+        except SufficeError:
+            pass
+        for p in workdir.glob(f"fold{f}.db*"):
+            p.unlink()
+    mem = Memory(path, embedder=encoder, **kw)
+    for conv in test_convs:
+        mem.add(list(conv.items), scope=conv.scope)
+    return mem
 
 
-def format_gains(res: dict[str, Any]) -> str:
+def read_card(folder: Path) -> dict[str, Any]:
+    try:
+        card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
+        return card if isinstance(card, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def format_gains(res: dict[str, Any], only_overall: bool = False) -> str:
     from .report import markdown_table
     rows = []
     for name, cells in res["paired"].items():
         for cell, (d, lo, hi) in cells.items():
+            if only_overall and not cell.startswith(("overall", "1 all@4000")):
+                continue
             rows.append([name, cell, f"{d:+.1f}", f"[{lo:+.1f}, {hi:+.1f}]"])
     return markdown_table(["comparison", "group", "gain (points)", "95% interval"], rows)
 

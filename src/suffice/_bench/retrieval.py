@@ -9,20 +9,26 @@ does not fit and keeps going (measured better than stopping on long-turn histori
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._api import Memory
 from .._datasets.locomo import LocomoConversation, load_locomo
+from .._errors import InvalidInputError
 from .._retrieve import Method
 from .._tokens import count_tokens, fill_in_order
+from .._train.pairs import Question, locomo_questions
+from .._types import NewItem
+from .report import paired_bootstrap
 
 METHODS: tuple[Method, ...] = ("bm25", "dense", "fused", "recency")
 KS = (5, 10, 20)
 BUDGETS = (1000, 2000, 4000, 8000)
 CATEGORIES = (1, 2, 3, 4)
+TUNED: tuple[Method, ...] = ("dense", "fused")
+"""Methods a trained encoder changes."""
 
 
 @dataclass
@@ -63,43 +69,58 @@ def complete(ranking: Sequence[int], n: int) -> list[int]:
     return [*ranking, *(s for s in range(n - 1, -1, -1) if s not in seen)]
 
 
-def score(mem: Memory, convs: Sequence[LocomoConversation], methods: Sequence[Method] = METHODS,
-          progress: Callable[[int], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def measure(ranking: Sequence[int], gold: Sequence[Collection[int]], cost: Sequence[int]) -> dict[str, Any]:
+    """One question's figures for one ranking of the whole history. ``gold`` holds the pieces of
+    evidence, each present when any of its items is: recall@k, whether every piece is in a
+    B-token context filled from the ranking, and the share of pieces that is."""
+    def share(seen: set[int]) -> float:
+        return sum(1 for g in gold if seen.intersection(g)) / len(gold)
+    out: dict[str, Any] = {"recall_at": {k: share(set(ranking[:k])) for k in KS}}
+    filled = {b: share(fill(ranking, cost, b)) for b in BUDGETS}
+    out["all_in"] = {b: v == 1.0 for b, v in filled.items()}
+    out["recall_in"] = filled
+    return out
+
+
+def costs(mem: Memory, scope: str) -> list[int]:
+    """Each item's tokens in a context, indexed by seq."""
+    return [count_tokens(it.render()) + 1 for it in mem.items(scope=scope, limit=None)]
+
+
+def evaluate(mem: Memory, questions: Sequence[Question], methods: Sequence[Method] = METHODS,
+             progress: Callable[[int], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """One record per question (scope, question index, category; per method: recall@k, all@B,
     recall_in@B) and the seconds each method spent ranking."""
     records: list[dict[str, Any]] = []
     times: dict[str, float] = {m: 0.0 for m in methods}
-    for conv in convs:
-        scope = conv.scope
-        items = mem.items(scope=scope)
-        by_dia = {str(it.meta.get("dia_id")): it.seq for it in items}
-        cost = [count_tokens(it.render()) + 1 for it in items]
-        depth = len(items)
-        for qi, q in enumerate(conv.questions):
-            if q.category not in CATEGORIES or not q.evidence:
-                continue
-            gold = {by_dia[d] for d in q.evidence if d in by_dia}
-            if not gold:
-                continue
-            rec: dict[str, Any] = {"scope": scope, "q": qi, "category": q.category}
-            for m in methods:
-                t = time.perf_counter()
-                ranking = complete(mem.retriever.rank(scope, q.question, mem.retrieval,
-                                                      method=m, depth=depth).seqs, depth)
-                times[m] += time.perf_counter() - t
-                filled = {b: fill(ranking, cost, b) for b in BUDGETS}
-                rec[m] = {"recall_at": {k: len(gold & set(ranking[:k])) / len(gold) for k in KS},
-                          "all_in": {b: gold <= filled[b] for b in BUDGETS},
-                          "recall_in": {b: len(gold & filled[b]) / len(gold) for b in BUDGETS}}
-            records.append(rec)
-            if progress is not None:
-                progress(1)
+    cost: dict[str, list[int]] = {}
+    for q in questions:
+        if q.scope not in cost:
+            cost[q.scope] = costs(mem, q.scope)
+        depth = len(cost[q.scope])
+        rec: dict[str, Any] = {"scope": q.scope, "q": q.index, "category": q.category}
+        for m in methods:
+            t = time.perf_counter()
+            ranking = complete(mem.retriever.rank(q.scope, q.query, mem.retrieval, method=m,
+                                                  depth=depth).seqs, depth)
+            times[m] += time.perf_counter() - t
+            rec[m] = measure(ranking, q.gold, cost[q.scope])
+        records.append(rec)
+        if progress is not None:
+            progress(1)
     return records, times
+
+
+def score(mem: Memory, convs: Sequence[LocomoConversation], methods: Sequence[Method] = METHODS,
+          progress: Callable[[int], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """``evaluate`` on LoCoMo's questions of categories 1-4 with evidence."""
+    return evaluate(mem, locomo_questions(mem, convs, CATEGORIES), methods, progress)
 
 
 def summarise(records: Sequence[dict[str, Any]],
               methods: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
-    tallies = {m: {c: Tally() for c in ("overall", *map(str, CATEGORIES))} for m in methods}
+    cats = sorted({str(r["category"]) for r in records})
+    tallies = {m: {c: Tally() for c in ("overall", *cats)} for m in methods}
     for rec in records:
         for m in methods:
             r = rec[m]
@@ -129,14 +150,105 @@ def load(data: str | Path | None) -> list[LocomoConversation]:
     return load_locomo(data)
 
 
+DATASETS = ("locomo", "beam", "ama", "hotpotqa", "hotpotqa-train")
+
+
+@dataclass(frozen=True)
+class EvidenceSet:
+    """A dataset as histories to ingest (scope, items) and a way to read its evidence-annotated
+    questions off a memory that holds them."""
+
+    name: str
+    source: str
+    histories: list[tuple[str, list[NewItem]]]
+    questions: Callable[[Memory], list[Question]]
+
+
+def load_set(dataset: str, data: str | Path | None = None) -> EvidenceSet:
+    """One of ``DATASETS`` from ``data`` (default: the shared copy)."""
+    if dataset == "locomo":
+        from .._datasets.locomo import default_path as locomo_path
+        convs = load_locomo(data)
+        return EvidenceSet(dataset, str(data or locomo_path()), [(c.scope, list(c.items)) for c in convs],
+                           lambda mem: locomo_questions(mem, convs, CATEGORIES))
+    if dataset == "beam":
+        from .._datasets.beam import default_path as beam_path
+        from .._datasets.beam import load_beam
+        from .._train.pairs import beam_questions
+        beam = load_beam(data)
+        return EvidenceSet(dataset, str(data or beam_path()), [(c.scope, list(c.items)) for c in beam],
+                           lambda mem: beam_questions(mem, beam))
+    if dataset == "ama":
+        from .._datasets.ama import default_path as ama_path
+        from .._datasets.ama import load_ama
+        from .._train.pairs import ama_questions
+        eps = load_ama(data)
+        return EvidenceSet(dataset, str(data or ama_path()), [(e.scope, list(e.items)) for e in eps],
+                           lambda mem: ama_questions(mem, eps))
+    if dataset in ("hotpotqa", "hotpotqa-train"):
+        from .._datasets.hotpotqa import default_path as hotpot_path
+        from .._datasets.hotpotqa import items_of, load_hotpotqa
+        from .._train.pairs import hotpot_questions
+        split = "train" if dataset == "hotpotqa-train" else "dev"
+        entries = load_hotpotqa(data, split)
+        prefix = f"hotpot-{split}"
+        return EvidenceSet(dataset, str(data or hotpot_path(split)),
+                           [(f"{prefix}-{n}", items_of(e)) for n, e in enumerate(entries)],
+                           lambda mem: hotpot_questions(mem, entries, prefix))
+    raise InvalidInputError(f"unknown dataset {dataset!r}; use one of {', '.join(DATASETS)}")
+
+
+def run_set(mem: Memory, questions: Sequence[Question], tuned: Memory | None = None,
+            progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """``evaluate`` every method on ``mem``; with ``tuned`` (the same histories embedded by a
+    trained encoder), also its dense and fused rankings as "-tuned" rows, with paired gains."""
+    records, times = evaluate(mem, questions, METHODS, progress)
+    methods: list[str] = list(METHODS)
+    res: dict[str, Any] = {"questions": len(records), "ks": list(KS), "budgets": list(BUDGETS),
+                           "ms_per_query": {m: 1e3 * times[m] / max(len(records), 1) for m in METHODS}}
+    if tuned is not None:
+        extra, _ = evaluate(tuned, questions, ("dense", "fused"), progress)
+        for r, e in zip(records, extra, strict=True):
+            r["dense-tuned"], r["fused-tuned"] = e["dense"], e["fused"]
+        methods += ["dense-tuned", "fused-tuned"]
+        res["paired"] = paired_gains(records)
+        res["records_compact"] = compact(records, methods)
+    res["methods"] = summarise(records, methods)
+    return res
+
+
 def format_results(res: dict[str, Any]) -> str:
     from .report import markdown_table
 
     header = ["method", "category", "n", *[f"R@{k}" for k in KS], *[f"all@{b}" for b in BUDGETS]]
     rows = []
     for m, cats in res["methods"].items():
-        for c in ("1", "2", "3", "4", "overall"):
+        for c in (*sorted(k for k in cats if k != "overall"), "overall"):
             s = cats[c]
             rows.append([m, c, int(s["n"]), *[s[f"recall@{k}"] for k in KS],
                          *[s[f"all@{b}"] for b in BUDGETS]])
     return markdown_table(header, rows)
+
+
+def compact(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+    """Per question, all-evidence-in-B of each method as one string of bits (one per budget):
+    enough to recompute every all@B figure and interval, at a twentieth of the size."""
+    budgets = "/".join(map(str, BUDGETS))
+    return {"fields": ["scope", "q", "category", *(f"{m} all@{budgets}" for m in methods)],
+            "rows": [[r["scope"], r["q"], r["category"],
+                      *("".join("1" if r[m]["all_in"][b] else "0" for b in BUDGETS) for m in methods)]
+                     for r in records]}
+
+
+def paired_gains(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Tuned minus untrained, per question, all-evidence-in-B: mean and 95% bootstrap interval
+    in points, overall and per category."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for m in TUNED:
+        for c in ("overall", *sorted({str(r["category"]) for r in records})):
+            sel = [r for r in records if c == "overall" or str(r["category"]) == c]
+            for b in BUDGETS:
+                a = [100.0 * r[f"{m}-tuned"]["all_in"][b] for r in sel]
+                z = [100.0 * r[m]["all_in"][b] for r in sel]
+                out.setdefault(f"{m}-tuned vs {m}", {})[f"{c} all@{b}"] = list(paired_bootstrap(a, z))
+    return out

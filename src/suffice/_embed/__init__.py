@@ -2,6 +2,8 @@
 
 from .hashing import HashEmbedder
 from .minilm import MiniLMEmbedder, load_encoder
-from .protocol import Embedder
+from .protocol import Embedder, Reranker
+from .rerank import CrossEncoderReranker, load_reranker
 
-__all__ = ["Embedder", "HashEmbedder", "MiniLMEmbedder", "load_encoder"]
+__all__ = ["CrossEncoderReranker", "Embedder", "HashEmbedder", "MiniLMEmbedder", "Reranker", "load_encoder",
+           "load_reranker"]

@@ -133,9 +133,11 @@ def load_encoder(path: str | Path, *, threads: int = 2) -> MiniLMEmbedder:
         raise ModelFileError(f"{folder} is not a trained encoder (needs model.onnx and card.json)")
     try:
         card = json.loads(card_path.read_text(encoding="utf-8"))
-        name, digest = str(card["name"]), str(card["sha256"])
+        name, digest, kind = str(card["name"]), str(card["sha256"]), card.get("kind")
     except (ValueError, KeyError, TypeError):
         raise ModelFileError(f"{card_path}: not a valid encoder card") from None
+    if kind not in (None, "encoder"):
+        raise ModelFileError(f"{folder} holds a {kind}, not a dense encoder")
     if _sha256(model) != digest:
         raise ModelFileError(f"{model} does not match the digest in its card")
     return MiniLMEmbedder(model, name=name, threads=threads)

@@ -1,4 +1,5 @@
-"""The embedder interface: texts in, L2-normalised float32 rows out."""
+"""The model interfaces: an embedder (texts in, L2-normalised float32 rows out) and a
+reranker (a query and texts in, one score per text out)."""
 
 from __future__ import annotations
 
@@ -19,4 +20,13 @@ class Embedder(Protocol):
         ...
 
     def embed_query(self, text: str) -> np.ndarray:
+        ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    name: str
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        """One relevance score per text (higher is better), in the order given."""
         ...

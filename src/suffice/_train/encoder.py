@@ -119,18 +119,32 @@ def train(pairs: Sequence[Pair], config: TrainConfig = TrainConfig(),
           progress: Callable[[int], None] | None = None) -> tuple[Any, TrainReport]:
     """Fine-tune a fresh copy of the base encoder on ``pairs``; returns (model, report)."""
     torch = _torch()
+    model = base_model(torch, config)
+    tok = _tokenizer(config.max_length)
+    report = fit(torch, model, [{"params": model.parameters(), "lr": config.lr}], pairs, config,
+                 lambda batch: _batch_loss(torch, model, tok, batch, config.scale), progress)
+    return model, report
+
+
+def base_model(torch: Any, config: TrainConfig) -> Any:
+    """A fresh fp32 MiniLM, seeded and limited to ``config.threads`` threads."""
     from transformers import BertModel
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # ours is the one shown
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
-    model: Any = BertModel.from_pretrained(str(base_model_dir()))
+    return BertModel.from_pretrained(str(base_model_dir()))
+
+
+def fit(torch: Any, model: Any, groups: list[dict[str, Any]], pairs: Sequence[Pair], config: TrainConfig,
+        loss_of: Callable[[Sequence[Pair]], Any],
+        progress: Callable[[int], None] | None = None) -> TrainReport:
+    """AdamW with linear warm-up and decay over ``config.epochs`` shuffled passes of ``pairs``,
+    ``config.batch_questions`` questions per step; leaves ``model`` in eval mode."""
     model.train()
-    tok = _tokenizer(config.max_length)
     rnd = random.Random(config.seed)
-    per_epoch = math.ceil(len(pairs) / config.batch_questions)
-    total = per_epoch * config.epochs
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+    total = steps(len(pairs), config)
+    opt = torch.optim.AdamW(groups, lr=config.lr, weight_decay=0.01)
     warm = max(1, int(config.warmup * total))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
@@ -140,7 +154,7 @@ def train(pairs: Sequence[Pair], config: TrainConfig = TrainConfig(),
     for _ in range(config.epochs):
         rnd.shuffle(order)
         for b in range(0, len(order), config.batch_questions):
-            loss = _batch_loss(torch, model, tok, order[b:b + config.batch_questions], config.scale)
+            loss = loss_of(order[b:b + config.batch_questions])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -152,7 +166,7 @@ def train(pairs: Sequence[Pair], config: TrainConfig = TrainConfig(),
                 progress(1)
     report.seconds = time.perf_counter() - t0
     model.eval()
-    return model, report
+    return report
 
 
 def steps(n_pairs: int, config: TrainConfig) -> int:
@@ -217,25 +231,34 @@ def export(model: Any, out_dir: Path, card: dict[str, Any]) -> Path:
     returns the directory. The encoder's name is derived from the weights' digest, so two
     different trainings never share a name (a store refuses to mix encoders)."""
     torch = _torch()
+    return export_onnx(_hidden_states(torch, model), out_dir, "last_hidden_state",
+                       {"batch": 0, "seq": 1}, {"kind": "encoder", "dim": 384, **card})
+
+
+def export_onnx(module: Any, out_dir: Path, output: str, output_axes: dict[str, int],
+                card: dict[str, Any]) -> Path:
+    """Trace ``module`` (inputs: ids, mask, token types) to int8-weight ONNX beside a card named
+    by its digest."""
+    torch = _torch()
     out_dir.mkdir(parents=True, exist_ok=True)
     fp32 = out_dir / "model.fp32.onnx"
     ids = torch.ones((2, 8), dtype=torch.long)
     # Exporting traces the network and leaves it unfit for further use in this process. The
     # tracer's warnings are about shapes it fixes; the test suite checks the export on padded
     # batches of other lengths.
-    model.eval()
+    module.eval()
+    axes = {n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask", "token_type_ids")}
+    axes[output] = {i: name for name, i in output_axes.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(_hidden_states(torch, model), (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+        torch.onnx.export(module, (ids, torch.ones_like(ids), torch.zeros_like(ids)),
                           str(fp32), input_names=["input_ids", "attention_mask", "token_type_ids"],
-                          output_names=["last_hidden_state"], opset_version=17, dynamo=False,
-                          dynamic_axes={n: {0: "batch", 1: "seq"} for n in (
-                              "input_ids", "attention_mask", "token_type_ids", "last_hidden_state")})
+                          output_names=[output], opset_version=17, dynamo=False, dynamic_axes=axes)
     int8 = out_dir / MODEL
     int8_weights(fp32, int8)
     fp32.unlink()
     digest = hashlib.sha256(int8.read_bytes()).hexdigest()
-    card = {"name": f"{card.get('name_prefix', 'minilm-tuned')}-{digest[:10]}", "dim": 384,
+    card = {"name": f"{card.get('name_prefix', 'minilm-tuned')}-{digest[:10]}",
             "sha256": digest, **{k: v for k, v in card.items() if k != "name_prefix"}}
     (out_dir / CARD).write_text(json.dumps(card, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return out_dir
