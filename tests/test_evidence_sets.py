@@ -23,7 +23,7 @@ def episode(path: Path, name: str = "alfworld-7") -> Path:
            "trajectory": [{"turn_idx": 0, "action": "look", "observation": "You see a mug and a sink."},
                           {"turn_idx": 1, "action": "take mug 1", "observation": "You pick up the mug."},
                           {"turn_idx": 2, "action": "go to sinkbasin 1", "observation": ""},
-                          {"turn_idx": 3, "action": "put mug 1 in sinkbasin 1", "observation": "Done."}],
+                          {"turn_idx": 3, "action": "put mug 1 in sinkbasin 1", "observation": "Done.\x00"}],
            "qa_pairs": [{"question": "What did the agent pick up at step 1?", "answer": "the mug",
                          "type": "A"},
                         {"question": "Which moves, from step 2 to 3, finished the task?", "answer": "x",
@@ -49,6 +49,7 @@ def test_an_ama_episode_keeps_each_step_verbatim_as_action_and_reply(tmp_path: P
     assert [(it.kind, it.speaker, it.meta["step"]) for it in ep.items[:3]] == [
         ("action", "agent", 0), ("observation", "environment", 0), ("action", "agent", 1)]
     assert len(ep.items) == 7  # step 2's empty reply is skipped
+    assert ep.items[-1].text == "Done.\u2400"  # a NUL byte, which no store takes, made visible
     assert [q.steps for q in ep.questions] == [(1,), (2, 3), (), ()]
     assert load_ama(tmp_path)[0] == ep
 

@@ -2,7 +2,9 @@
 
 Each turn becomes two items in step order: the agent's action (kind ``action``, speaker
 ``agent``) and the environment's reply (kind ``observation``, speaker ``environment``), both
-verbatim, with the turn's index in ``meta['step']``; an empty side is skipped. Long observations
+verbatim (but for NUL characters, which a few tool outputs hold and the store refuses: they
+become U+2400, the visible symbol for NUL), with the turn's index in ``meta['step']``; an empty
+side is skipped. Long observations
 are stored whole (the store pieces them for search). The questions name the steps they are about
 ("at step 37", "from step 72 to 74"); those cited steps, read from the question and its answer,
 are the evidence, as the dataset's README suggests (approximate: a cited step is sometimes the
@@ -100,6 +102,7 @@ def load_episode(path: str | Path) -> AmaEpisode:
         for kind, speaker in (("action", "agent"), ("observation", "environment")):
             text = turn.get(kind)
             text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False) if text else ""
+            text = text.replace("\x00", "\u2400")  # a few tool outputs hold NUL bytes; the store refuses them
             if text.strip():
                 items.append(NewItem(text=text, speaker=speaker, role=speaker, kind=kind,
                                      meta={"step": step, "dataset": "ama"},
