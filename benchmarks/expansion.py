@@ -45,6 +45,23 @@ def rocchio(matrix: np.ndarray, seqs_all: np.ndarray, qvec: np.ndarray, top: lis
     return [int(seqs_all[i]) for i in np.argsort(-sims)[:depth]]
 
 
+def gains(ok: dict[str, list[tuple[int, bool]]], base: str) -> dict[str, dict[str, Any]]:
+    """Per "name|B" key of (category, all-in) results: the share all-in, overall and for
+    multi-hop (category 1), and the paired gain over the ``base`` ranking at the same B."""
+    results = {}
+    for key, vals in ok.items():
+        b = key.split("|")[1]
+        ref = ok[f"{base}|{b}"]
+        cell: dict[str, Any] = {}
+        for group in ("overall", "1"):
+            sel = [i for i, (c, _) in enumerate(vals) if group == "overall" or str(c) == group]
+            a = [100.0 * vals[i][1] for i in sel]
+            z = [100.0 * ref[i][1] for i in sel]
+            cell[group] = {"all": float(np.mean(a)), "gain": list(paired_bootstrap(a, z))}
+        results[key] = cell
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", default="3,5,10", help="values of m")
@@ -83,17 +100,10 @@ def main() -> int:
                         hit = gold <= R.fill(ranking, cost, b)
                         ok.setdefault(f"{name}|{b}", []).append((q.category, hit))
         mem.close()
-    rows, results = [], {}
-    for key, vals in ok.items():
+    results = gains(ok, "fused")
+    rows = []
+    for key, cell in results.items():
         name, b = key.split("|")
-        base = ok[f"fused|{b}"]
-        cell: dict[str, Any] = {}
-        for group in ("overall", "1"):
-            sel = [i for i, (c, _) in enumerate(vals) if group == "overall" or str(c) == group]
-            a = [100.0 * vals[i][1] for i in sel]
-            z = [100.0 * base[i][1] for i in sel]
-            cell[group] = {"all": float(np.mean(a)), "gain": list(paired_bootstrap(a, z))}
-        results[key] = cell
         rows.append([name, b, cell["overall"]["all"], cell["1"]["all"],
                      "{:+.1f} [{:+.1f}, {:+.1f}]".format(*cell["1"]["gain"])])
     print(markdown_table(["ranking", "B", "all@B overall", "all@B multi-hop", "multi-hop gain (95%)"], rows))

@@ -18,13 +18,12 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-from expansion import rrf
+from expansion import gains, rrf
 
 from suffice import Memory, RetrievalConfig, load_encoder
 from suffice._bench import retrieval as R
-from suffice._bench.report import envelope, markdown_table, paired_bootstrap, write_json
+from suffice._bench.report import envelope, markdown_table, write_json
 from suffice._text import STOPWORDS, query_terms
 from suffice._train.pairs import folds
 from suffice._types import Filter
@@ -82,17 +81,10 @@ def main() -> int:
                 for b in BUDGETS:
                     ok.setdefault(f"{name}|{b}", []).append((int(q.category), got[b]))
         mem.close()
-    rows, results = [], {}
-    for key, vals in ok.items():
+    results = gains(ok, "fused (dense x3)")
+    rows = []
+    for key, cell in results.items():
         name, b = key.split("|")
-        base = ok[f"fused (dense x3)|{b}"]
-        cell: dict[str, Any] = {}
-        for group in ("overall", "1"):
-            sel = [i for i, (c, _) in enumerate(vals) if group == "overall" or str(c) == group]
-            a = [100.0 * vals[i][1] for i in sel]
-            z = [100.0 * base[i][1] for i in sel]
-            cell[group] = {"all": sum(a) / len(a), "gain": list(paired_bootstrap(a, z))}
-        results[key] = cell
         fmt = "{:+.1f} [{:+.1f}, {:+.1f}]"
         rows.append([name, b, f"{cell['overall']['all']:.1f}", fmt.format(*cell["overall"]["gain"]),
                      f"{cell['1']['all']:.1f}", fmt.format(*cell["1"]["gain"])])

@@ -776,6 +776,18 @@ def training_pairs(datasets: list[str], data: Path | None, exclude: list[str], h
     return pairs, groups
 
 
+def training_card(prefix: str, base: str, datasets: list[str], groups: list[str], exclude: list[str] | None,
+                  data: Path | None, n_pairs: int, hard: int, report: Any, config: Any) -> dict[str, Any]:
+    """What a trained model's card says: its base, data, exclusions, training and licence."""
+    return {"name_prefix": f"{prefix}-" + "-".join(datasets), "base": base, "datasets": datasets,
+            "trained_on": groups, "excluded": sorted(exclude or []), "data": str(data or "shared copies"),
+            "pairs": n_pairs, "hard_negatives": hard, "steps": report.steps,
+            "train_s": round(report.seconds, 1),
+            "train_config": {f: getattr(config, f) for f in config.__dataclass_fields__},
+            "licence": "weights derived from: " + "; ".join(LICENCES[d] for d in datasets)
+                       + ". Share and use them only as all of these allow."}
+
+
 DatasetsOpt = Annotated[list[str] | None, typer.Option("--dataset", help=(
     "Dataset to train on (repeatable): locomo, beam, ama, hotpotqa-train (HotpotQA's train "
     "sample; hotpotqa is its dev set, kept for evaluation)."))]
@@ -806,14 +818,9 @@ def train_retriever(
             pairs, groups = training_pairs(datasets, data, exclude or [], hard, Path(tmp))
         with progress_bar("training", steps(len(pairs), config)) as advance:
             model, report = train(pairs, config, advance)
-        export(model, out_dir, {
-            "name_prefix": "minilm-" + "-".join(datasets), "base": "sentence-transformers/all-MiniLM-L6-v2 "
-            "(Apache-2.0)", "datasets": datasets, "trained_on": groups, "excluded": sorted(exclude or []),
-            "data": str(data or "shared copies"), "pairs": len(pairs), "hard_negatives": hard,
-            "steps": report.steps, "train_s": round(report.seconds, 1),
-            "train_config": {f: getattr(config, f) for f in config.__dataclass_fields__},
-            "licence": "weights derived from: " + "; ".join(LICENCES[d] for d in datasets)
-                       + ". Share and use them only as all of these allow."})
+        export(model, out_dir, training_card(
+            "minilm", "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0)", datasets, groups, exclude,
+            data, len(pairs), hard, report, config))
         say(f"trained on {len(pairs)} questions in {report.seconds:.0f} s; wrote {out_dir}")
 
 
@@ -841,14 +848,9 @@ def train_reranker_cmd(
         pairs = [p for p in pairs if p.negatives]
         with progress_bar("training", steps(len(pairs), config)) as advance:
             model, report = train_reranker(pairs, config, advance)
-        export_reranker(model, out_dir, {
-            "name_prefix": "minilm-rerank-" + "-".join(datasets), "base": "sentence-transformers/"
-            "all-MiniLM-L6-v2 (Apache-2.0) with a new score head", "datasets": datasets, "trained_on": groups,
-            "excluded": sorted(exclude or []), "pairs": len(pairs), "hard_negatives": hard,
-            "steps": report.steps, "train_s": round(report.seconds, 1),
-            "train_config": {f: getattr(config, f) for f in config.__dataclass_fields__},
-            "licence": "weights derived from: " + "; ".join(LICENCES[d] for d in datasets)
-                       + ". Share and use them only as all of these allow."})
+        export_reranker(model, out_dir, training_card(
+            "minilm-rerank", "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0) with a new score head",
+            datasets, groups, exclude, data, len(pairs), hard, report, config))
         say(f"trained on {len(pairs)} questions in {report.seconds:.0f} s; wrote {out_dir}")
 
 

@@ -60,8 +60,8 @@ def fold_encoder(base: Memory, train_convs: Sequence[LocomoConversation], held: 
     says it was trained on exactly ``train_convs`` (a rerun resumes), else a new one."""
     enc_dir = workdir / f"encoder_fold{f}"
     trained_on = sorted(c.scope for c in train_convs)
-    card = read_card(enc_dir)
-    if card.get("trained_on") == trained_on and card.get("held_out") == sorted(held):
+    card = reusable(enc_dir, trained_on, held)
+    if card:
         return enc_dir, {"held_out": list(held), "reused": card["name"], "train_pairs": card.get("pairs"),
                          "steps": card.get("steps"), "train_s": card.get("train_s")}
     pairs = locomo_pairs(base, train_convs, hard=hard, seed=f)
@@ -104,6 +104,14 @@ def held_out_memory(workdir: Path, f: int, enc_dir: Path, test_convs: Sequence[L
     for conv in test_convs:
         mem.add(list(conv.items), scope=conv.scope)
     return mem
+
+
+def reusable(folder: Path, trained_on: Sequence[str], held: Sequence[str]) -> dict[str, Any]:
+    """The card of the model in ``folder`` when it was trained on exactly ``trained_on`` with
+    ``held`` held out (a rerun may reuse it), else an empty dict."""
+    card = read_card(folder)
+    same = card.get("trained_on") == sorted(trained_on) and card.get("held_out") == sorted(held)
+    return card if same else {}
 
 
 def read_card(folder: Path) -> dict[str, Any]:

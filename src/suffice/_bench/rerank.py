@@ -23,7 +23,7 @@ from .._text import embedding_text
 from .._train.encoder import TrainConfig, steps
 from .._train.pairs import folds, locomo_pairs, locomo_questions
 from .._train.reranker import RerankConfig, export_reranker, train_reranker
-from .folds import fold_encoder, held_out_memory, read_card
+from .folds import fold_encoder, held_out_memory, reusable
 from .report import paired_bootstrap
 from .retrieval import BUDGETS, CATEGORIES, compact, complete, costs, measure, score, summarise
 
@@ -47,8 +47,8 @@ def fold_reranker(base: Memory, train_convs: Sequence[LocomoConversation], held:
     conversations."""
     out = workdir / f"reranker_fold{f}"
     trained_on = sorted(c.scope for c in train_convs)
-    card = read_card(out)
-    if card.get("trained_on") == trained_on and card.get("held_out") == sorted(held):
+    card = reusable(out, trained_on, held)
+    if card:
         return out, {"reused": card["name"], "pairs": card.get("pairs"), "train_s": card.get("train_s")}
     pairs = [p for p in locomo_pairs(base, train_convs, hard=hard, seed=100 + f) if p.negatives]
     total = steps(len(pairs), config)

@@ -18,17 +18,10 @@ from typing import Any
 import numpy as np
 
 from .._errors import ModelFileError
+from .card import open_model, sha256
 
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def default_model_path() -> Path:
@@ -57,7 +50,7 @@ class MiniLMEmbedder:
         path = Path(model_path) if model_path is not None else default_model_path()
         if not path.exists():
             raise ModelFileError(f"embedding model not found at {path}")
-        if model_path is None and _sha256(path) != MODEL_SHA256:
+        if model_path is None and sha256(path) != MODEL_SHA256:
             raise ModelFileError(f"{path} does not match the pinned sha256 of all-MiniLM-L6-v2 int8")
         tok_bytes = resources.files("suffice").joinpath("data/minilm_tokenizer.json").read_bytes()
         if hashlib.sha256(tok_bytes).hexdigest() != TOKENIZER_SHA256:
@@ -125,19 +118,5 @@ def load_encoder(path: str | Path, *, threads: int = 2) -> MiniLMEmbedder:
     """A trained encoder from the folder ``suffice train retriever`` wrote (``model.onnx`` and
     ``card.json``); its name, and so the name its vectors carry in a store, comes from the card,
     and the weights are checked against the card's digest."""
-    import json
-
-    folder = Path(path)
-    card_path, model = folder / "card.json", folder / "model.onnx"
-    if not card_path.is_file() or not model.is_file():
-        raise ModelFileError(f"{folder} is not a trained encoder (needs model.onnx and card.json)")
-    try:
-        card = json.loads(card_path.read_text(encoding="utf-8"))
-        name, digest, kind = str(card["name"]), str(card["sha256"]), card.get("kind")
-    except (ValueError, KeyError, TypeError):
-        raise ModelFileError(f"{card_path}: not a valid encoder card") from None
-    if kind not in (None, "encoder"):
-        raise ModelFileError(f"{folder} holds a {kind}, not a dense encoder")
-    if _sha256(model) != digest:
-        raise ModelFileError(f"{model} does not match the digest in its card")
+    model, name = open_model(path, "encoder")
     return MiniLMEmbedder(model, name=name, threads=threads)

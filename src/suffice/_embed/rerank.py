@@ -10,8 +10,6 @@ reorders the first few dozen items of the fused prefix. The network is MiniLM fi
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 from collections.abc import Sequence
 from importlib import resources
@@ -19,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._errors import ModelFileError
+from .card import open_model
 
 
 class CrossEncoderReranker:
@@ -73,17 +71,5 @@ class CrossEncoderReranker:
 def load_reranker(path: str | Path, *, threads: int = 2) -> CrossEncoderReranker:
     """A trained reranker from the folder ``suffice train reranker`` wrote; the weights are
     checked against the digest in its card."""
-    folder = Path(path)
-    card_path, model = folder / "card.json", folder / "model.onnx"
-    if not card_path.is_file() or not model.is_file():
-        raise ModelFileError(f"{folder} is not a trained reranker (needs model.onnx and card.json)")
-    try:
-        card = json.loads(card_path.read_text(encoding="utf-8"))
-        name, digest, kind = str(card["name"]), str(card["sha256"]), card.get("kind")
-    except (ValueError, KeyError, TypeError):
-        raise ModelFileError(f"{card_path}: not a valid reranker card") from None
-    if kind != "reranker":
-        raise ModelFileError(f"{folder} holds a {kind or 'dense encoder'}, not a reranker")
-    if hashlib.sha256(model.read_bytes()).hexdigest() != digest:
-        raise ModelFileError(f"{model} does not match the digest in its card")
+    model, name = open_model(path, "reranker")
     return CrossEncoderReranker(model, name=name, threads=threads)
