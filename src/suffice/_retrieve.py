@@ -124,8 +124,8 @@ class Ranking:
     """One query's ranking of one scope, with every source's scores kept.
 
     ``seqs`` / ``scores``: items in the method's order, best first (the first ``reranked`` in the
-    reranker's order). ``pieces``: BM25's pieces,
-    best first, as (seq, piece index, score). ``dense``: items by cosine, best first.
+    reranker's order). ``pieces``: BM25's pieces, best first, as (seq, piece index, score).
+    ``dense``: items by cosine, best first.
     ``size``: how many items of the log the ranking saw (later items wait for the next query).
     """
 
