@@ -835,7 +835,10 @@ def train_reranker_cmd(
 ) -> None:
     """Train the cross-encoder reranker (MiniLM with a score head) on datasets' evidence
     annotations and export it (int8 ONNX); use it with `suffice --reranker DIR ...` or
-    `Memory(reranker=load_reranker(DIR))`."""
+    `Memory(reranker=load_reranker(DIR))`.
+
+    Measure before you use it: trained on LoCoMo's ~1,000 questions it ordered the trained
+    prefix's candidates worse than the prefix did (docs/benchmarks.md section 6)."""
     with errors():
         import tempfile
 
