@@ -123,3 +123,11 @@ def test_the_bench_compares_a_trained_encoder_on_the_same_questions(tmp_path: Pa
 
 def test_new_items_are_plain_data() -> None:  # the loaders hand the store nothing else
     assert isinstance(items_of({"context": [["T", ["a"]]]})[0], NewItem)
+
+
+def test_training_refuses_an_exclusion_that_names_no_history() -> None:
+    from typer.testing import CliRunner
+
+    from suffice._cli import app
+    out = CliRunner().invoke(app, ["train", "retriever", "--out", "never-written", "--exclude", "conv-99"])
+    assert out.exit_code != 0 and "--exclude names no history of locomo: conv-99" in out.output

@@ -758,9 +758,13 @@ def training_pairs(datasets: list[str], data: Path | None, exclude: list[str], h
     from ._train.pairs import mine
     if data is not None and len(datasets) > 1:
         fail("--data names one dataset's file; give one --dataset with it")
+    sets = [retrieval.load_set(name, data) for name in datasets]
+    known = {scope for evset in sets for scope, _ in evset.histories}
+    unknown = sorted(set(exclude) - known)
+    if unknown:  # a mistyped acceptance set would otherwise be trained on without a word
+        fail(f"--exclude names no history of {', '.join(datasets)}: {', '.join(unknown)}")
     pairs, groups = [], []
-    for name in datasets:
-        evset = retrieval.load_set(name, data)
+    for name, evset in zip(datasets, sets, strict=True):
         histories = [(scope, items) for scope, items in evset.histories if scope not in exclude]
         base = Memory(work / f"{name}.db")
         with progress_bar(f"ingesting {name}", sum(len(items) for _, items in histories)) as advance:
