@@ -22,7 +22,8 @@ from expansion import rrf
 from suffice import Memory, load_encoder, load_reranker
 from suffice._bench import retrieval as R
 from suffice._bench.report import envelope, markdown_table, paired_bootstrap, write_json
-from suffice._bench.rerank import TUNED_RETRIEVAL, rerank_order
+from suffice._bench.rerank import TUNED_RETRIEVAL
+from suffice._retrieve import rerank_order
 from suffice._text import embedding_text
 from suffice._train.pairs import folds
 

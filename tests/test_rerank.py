@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from suffice import Memory, ModelFileError, NewItem, RetrievalConfig, ScriptedLLM, load_encoder, load_reranker
-from suffice._bench.rerank import rerank_order
 from suffice._embed.hashing import HashEmbedder
+from suffice._retrieve import rerank_order
 from suffice._text import embedding_text
 from suffice._train.pairs import Pair
 

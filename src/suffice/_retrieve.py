@@ -329,16 +329,13 @@ class Retriever:
                 n: int) -> tuple[list[int], list[float], int]:
         """The first ``n`` of ``order`` sorted by the cross-encoder (ties: fused order)."""
         assert self.reranker is not None
-        head = order[:n]
-        items = {it.seq: it for it in self.store.items(scope, head)}
-        head = [s for s in head if s in items]
+        items = {it.seq: it for it in self.store.items(scope, order[:n])}
+        head = [s for s in order[:n] if s in items]
         ce = self.reranker.score(query, [embedding_text(items[s].speaker, items[s].text) for s in head])
         fused = dict(zip(order, scores, strict=False))
-        ranked = [head[i] for i in sorted(range(len(head)), key=lambda i: (-float(ce[i]), i))]
         seen = set(head)
-        rest = [s for s in order if s not in seen]
-        new = ranked + rest
-        return new, [fused[s] for s in new], len(ranked)
+        new = rerank_order(head, ce.tolist(), len(head)) + [s for s in order if s not in seen]
+        return new, [fused[s] for s in new], len(head)
 
     def _dense(self, scope: str, idx: ScopeIndex, qvec: np.ndarray, depth: int, flt: Filter,
                config: RetrievalConfig) -> tuple[list[tuple[int, float]], np.ndarray | None]:
@@ -427,6 +424,13 @@ class Retriever:
         """Refuse results read by seq after a forget renumbered the scope (a rare race)."""
         if self.store.generation() != idx.generation:
             raise StoreError("a forget changed the store while this query read it; run the query again")
+
+
+def rerank_order(ranking: Sequence[int], scores: Sequence[float], n: int) -> list[int]:
+    """The first ``n`` of ``ranking`` sorted by ``scores`` (aligned with them; ties keep the
+    ranking's order), then the rest unchanged."""
+    head = sorted(range(min(n, len(ranking), len(scores))), key=lambda i: (-scores[i], i))
+    return [*(ranking[i] for i in head), *ranking[len(head):]]
 
 
 def _fuse(method: Method, pieces: tuple[tuple[int, int, float], ...], dense: list[tuple[int, float]],

@@ -4,7 +4,7 @@ cross-encoder that never saw the held-out conversations.
 Each fold reuses (or trains) the fold's dense encoder, trains a reranker on the other folds'
 questions, and scores every held-out question once over its first ``max(NS)`` candidates; the
 orders for smaller N are read from the same scores, so every row of a fold comes from one
-reranker pass. Scoring mirrors ``Retriever._rerank`` (a test holds the two together).
+reranker pass, ordered by the ``rerank_order`` the retriever uses.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from .._config import RetrievalConfig
 from .._datasets.locomo import LocomoConversation
 from .._embed.protocol import Reranker
 from .._embed.rerank import load_reranker
+from .._retrieve import rerank_order
 from .._text import embedding_text
 from .._train.encoder import TrainConfig, steps
 from .._train.pairs import folds, locomo_pairs, locomo_questions
@@ -31,13 +32,6 @@ NS = (10, 20, 30)
 """Prefix depths reordered by the reranker, one row each."""
 TUNED_RETRIEVAL = RetrievalConfig(dense_weight=3.0)
 """The trained prefix as recommended in docs/benchmarks.md section 6."""
-
-
-def rerank_order(ranking: Sequence[int], scores: Sequence[float], n: int) -> list[int]:
-    """The first ``n`` of ``ranking`` sorted by ``scores`` (aligned with them; ties keep the
-    ranking's order), then the rest unchanged."""
-    head = sorted(range(min(n, len(ranking), len(scores))), key=lambda i: (-scores[i], i))
-    return [*(ranking[i] for i in head), *ranking[len(head):]]
 
 
 def fold_reranker(base: Memory, train_convs: Sequence[LocomoConversation], held: Sequence[str], f: int,
