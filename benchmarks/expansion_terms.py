@@ -26,7 +26,7 @@ from suffice._bench import retrieval as R
 from suffice._bench.report import envelope, markdown_table, write_json
 from suffice._text import STOPWORDS, query_terms
 from suffice._train.pairs import folds
-from suffice._types import Filter
+from suffice._types import Filter, Item
 
 BUDGETS = (2000, 4000)
 NAME = re.compile(r"\b(?:[A-Z][a-z]{2,}|\d{2,4})\b")
@@ -57,13 +57,16 @@ def main() -> int:
                 for w in args.weights.split(",")]
     config = RetrievalConfig(dense_weight=3.0)
     ok: dict[str, list[tuple[int, bool]]] = {}
+    histories: dict[str, tuple[list[Item], list[int]]] = {}
     for f, held in enumerate(folds([c.scope for c in convs], 4)):
         mem = Memory(args.stores / f"fold{f}.db", embedder=load_encoder(args.stores / f"encoder_fold{f}"),
                      create=False)
         for q in R.locomo_questions(mem, [c for c in convs if c.scope in held], R.CATEGORIES):
-            items = mem.items(scope=q.scope, limit=None)
+            if q.scope not in histories:  # read once per conversation, not per question
+                scope_items = mem.items(scope=q.scope, limit=None)
+                histories[q.scope] = (scope_items, R.costs(scope_items))
+            items, cost = histories[q.scope]
             n = len(items)
-            cost = R.costs(mem, q.scope)
             rk = mem.retriever.rank(q.scope, q.query, config, depth=n)
             bm = list(dict.fromkeys(s for s, _, _ in rk.pieces))[:100]
             dense = [s for s, _ in rk.dense[:100]]

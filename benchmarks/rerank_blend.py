@@ -26,6 +26,7 @@ from suffice._bench.rerank import TUNED_RETRIEVAL
 from suffice._retrieve import rerank_order
 from suffice._text import embedding_text
 from suffice._train.pairs import folds
+from suffice._types import Item
 
 
 def main() -> int:
@@ -43,9 +44,12 @@ def main() -> int:
                  create=False)
     reranker = load_reranker(args.stores / f"reranker_fold{args.fold}")
     got: dict[str, list[dict[str, Any]]] = {}
+    histories: dict[str, tuple[list[Item], list[int]]] = {}
     for q in R.locomo_questions(mem, [c for c in convs if c.scope in held], R.CATEGORIES):
-        items = mem.items(scope=q.scope, limit=None)
-        cost = R.costs(mem, q.scope)
+        if q.scope not in histories:  # read once per conversation, not per question
+            scope_items = mem.items(scope=q.scope, limit=None)
+            histories[q.scope] = (scope_items, R.costs(scope_items))
+        items, cost = histories[q.scope]
         ranking = R.complete(mem.retriever.rank(q.scope, q.query, mem.retrieval, depth=len(items)).seqs,
                              len(items))
         head = ranking[:args.n]

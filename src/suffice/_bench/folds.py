@@ -65,23 +65,26 @@ def fold_encoder(base: Memory, train_convs: Sequence[LocomoConversation], held: 
         return enc_dir, {"held_out": list(held), "reused": card["name"], "train_pairs": card.get("pairs"),
                          "steps": card.get("steps"), "train_s": card.get("train_s")}
     pairs = locomo_pairs(base, train_convs, hard=hard, seed=f)
-    total = steps(len(pairs), config)
-    done = [0]
-
-    def tick(n: int) -> None:
-        done[0] += n
-        if progress is not None:
-            progress(f"fold {f + 1}/{k} training", done[0], total)
-
+    tick = ticker(progress, f"fold {f + 1}/{k} training", steps(len(pairs), config))
     model, report = train(pairs, config, tick)
     export(model, enc_dir, {
         "name_prefix": f"minilm-locomo-fold{f}", "trained_on": trained_on,
         "held_out": sorted(held), "pairs": len(pairs), "steps": report.steps,
         "train_s": round(report.seconds, 1),
         "licence": "trained on LoCoMo (CC BY-NC 4.0): non-commercial use only"})
-    return enc_dir, {"held_out": list(held), "train_pairs": len(pairs), "steps": report.steps,
-                     "train_s": report.seconds, "first_loss": report.losses[0] if report.losses else None,
-                     "last_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))}
+    return enc_dir, {"held_out": list(held), "train_pairs": len(pairs), **report.summary()}
+
+
+def ticker(progress: Callable[[str, int, int], None] | None, stage: str,
+           total: int) -> Callable[[int], None]:
+    """A ``progress(n)`` callback that reports ``stage``'s running count out of ``total``."""
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(stage, done[0], total)
+    return tick
 
 
 def held_out_memory(workdir: Path, f: int, enc_dir: Path, test_convs: Sequence[LocomoConversation],

@@ -24,7 +24,7 @@ from .._text import embedding_text
 from .._train.encoder import TrainConfig, steps
 from .._train.pairs import folds, locomo_pairs, locomo_questions
 from .._train.reranker import RerankConfig, export_reranker, train_reranker
-from .folds import fold_encoder, held_out_memory, reusable
+from .folds import fold_encoder, held_out_memory, reusable, ticker
 from .report import paired_bootstrap
 from .retrieval import BUDGETS, CATEGORIES, compact, complete, costs, measure, score, summarise
 
@@ -45,23 +45,14 @@ def fold_reranker(base: Memory, train_convs: Sequence[LocomoConversation], held:
     if card:
         return out, {"reused": card["name"], "pairs": card.get("pairs"), "train_s": card.get("train_s")}
     pairs = [p for p in locomo_pairs(base, train_convs, hard=hard, seed=100 + f) if p.negatives]
-    total = steps(len(pairs), config)
-    done = [0]
-
-    def tick(n: int) -> None:
-        done[0] += n
-        if progress is not None:
-            progress(f"fold {f + 1}/{k} reranker", done[0], total)
-
+    tick = ticker(progress, f"fold {f + 1}/{k} reranker", steps(len(pairs), config))
     model, report = train_reranker(pairs, config, tick)
     export_reranker(model, out, {
         "name_prefix": f"minilm-rerank-locomo-fold{f}", "trained_on": trained_on, "held_out": sorted(held),
         "pairs": len(pairs), "hard_negatives": hard, "steps": report.steps,
         "train_s": round(report.seconds, 1),
         "licence": "trained on LoCoMo (CC BY-NC 4.0): non-commercial use only"})
-    return out, {"pairs": len(pairs), "steps": report.steps, "train_s": report.seconds,
-                 "first_loss": report.losses[0] if report.losses else None,
-                 "last_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))}
+    return out, {"pairs": len(pairs), **report.summary()}
 
 
 def score_reranked(mem: Memory, convs: Sequence[LocomoConversation], reranker: Reranker,
@@ -72,9 +63,10 @@ def score_reranked(mem: Memory, convs: Sequence[LocomoConversation], reranker: R
     records: list[dict[str, Any]] = []
     spent, scored = 0.0, 0
     for conv in convs:
-        cost = costs(mem, conv.scope)
+        items = mem.items(scope=conv.scope, limit=None)
+        cost = costs(items)
         depth = len(cost)
-        texts = [embedding_text(it.speaker, it.text) for it in mem.items(scope=conv.scope, limit=None)]
+        texts = [embedding_text(it.speaker, it.text) for it in items]
         for q in locomo_questions(mem, [conv], CATEGORIES):
             ranking = complete(mem.retriever.rank(conv.scope, q.query, mem.retrieval,
                                                   method="fused", depth=depth).seqs, depth)
@@ -111,14 +103,8 @@ def run(base: Memory, convs: Sequence[LocomoConversation], k: int, workdir: Path
                                          encoder_config or TrainConfig(), 4, progress)
         rr_dir, rr_info = fold_reranker(base, train_convs, held_out, f, k, workdir, config, hard, progress)
         mem = held_out_memory(workdir, f, enc_dir, test_convs, retrieval=TUNED_RETRIEVAL)
-        n_q = len(locomo_questions(mem, test_convs, CATEGORIES))
-        done = [0]
-
-        def tick(n: int, _f: int = f, _n: int = n_q, _done: list[int] = done) -> None:
-            _done[0] += n
-            if progress is not None:
-                progress(f"fold {_f + 1}/{k} scoring", _done[0], _n)
-
+        n_questions = len(locomo_questions(mem, test_convs, CATEGORIES))
+        tick = ticker(progress, f"fold {f + 1}/{k} scoring", n_questions)
         recs, s, c = score_reranked(mem, test_convs, load_reranker(rr_dir), NS, tick)
         mem.close()
         spent, scored = spent + s, scored + c

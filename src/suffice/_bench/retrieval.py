@@ -20,7 +20,7 @@ from .._errors import InvalidInputError
 from .._retrieve import Method
 from .._tokens import count_tokens, fill_in_order
 from .._train.pairs import Question, locomo_questions
-from .._types import NewItem
+from .._types import Item, NewItem
 from .report import paired_bootstrap
 
 METHODS: tuple[Method, ...] = ("bm25", "dense", "fused", "recency")
@@ -82,9 +82,9 @@ def measure(ranking: Sequence[int], gold: Sequence[Collection[int]], cost: Seque
     return out
 
 
-def costs(mem: Memory, scope: str) -> list[int]:
-    """Each item's tokens in a context, indexed by seq."""
-    return [count_tokens(it.render()) + 1 for it in mem.items(scope=scope, limit=None)]
+def costs(items: Sequence[Item]) -> list[int]:
+    """Each item's tokens in a context (``items`` are a whole scope, so the list is indexed by seq)."""
+    return [count_tokens(it.render()) + 1 for it in items]
 
 
 def evaluate(mem: Memory, questions: Sequence[Question], methods: Sequence[Method] = METHODS,
@@ -96,7 +96,7 @@ def evaluate(mem: Memory, questions: Sequence[Question], methods: Sequence[Metho
     cost: dict[str, list[int]] = {}
     for q in questions:
         if q.scope not in cost:
-            cost[q.scope] = costs(mem, q.scope)
+            cost[q.scope] = costs(mem.items(scope=q.scope, limit=None))
         depth = len(cost[q.scope])
         rec: dict[str, Any] = {"scope": q.scope, "q": q.index, "category": q.category}
         for m in methods:

@@ -53,6 +53,13 @@ class TrainReport:
     seconds: float = 0.0
     losses: list[float] = field(default_factory=list)
 
+    def summary(self) -> dict[str, Any]:
+        """Steps, seconds, the first loss and the mean of the last ten: what a run records."""
+        last = self.losses[-10:]
+        return {"steps": self.steps, "train_s": self.seconds,
+                "first_loss": self.losses[0] if self.losses else None,
+                "last_loss": sum(last) / len(last) if last else None}
+
 
 def _torch() -> Any:
     try:
