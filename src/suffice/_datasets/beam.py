@@ -16,7 +16,7 @@ from typing import Any
 
 from .._errors import ImportFormatError
 from .._types import NewItem
-from .paths import shared_data_dir
+from .paths import read_json, shared_data_dir
 
 ANSWER_FIELDS = ("answer", "ideal_answer", "ideal_response", "ideal_summary", "expected_compliance")
 """Where each ability keeps its gold answer, in the order we look."""
@@ -64,19 +64,10 @@ def _flatten_ids(raw: Any) -> list[str]:
     return out
 
 
-def _read_json(path: Path) -> Any:
-    if not path.exists():
-        raise ImportFormatError(f"BEAM file not found: {path}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ImportFormatError(f"{path}: not valid JSON ({exc})") from None
-
-
 def load_conversation(folder: str | Path, tier: str = "100K") -> BeamConversation:
     """One conversation folder; raise ImportFormatError naming the offending record."""
     d = Path(folder)
-    chat = _read_json(d / "chat.json")
+    chat = read_json(d / "chat.json", "BEAM")
     if not isinstance(chat, list):
         raise ImportFormatError(f"{d / 'chat.json'}: expected a list of batches")
     items: list[NewItem] = []
@@ -106,7 +97,7 @@ def load_conversation(folder: str | Path, tier: str = "100K") -> BeamConversatio
                     id=f"beam-{tier}-{d.name}:{chat_id}",
                 ))
     known = {str(it.meta["chat_id"]) for it in items}
-    probing = _read_json(d / "probing_questions.json")
+    probing = read_json(d / "probing_questions.json", "BEAM")
     if not isinstance(probing, dict):
         raise ImportFormatError(f"{d / 'probing_questions.json'}: expected an object of abilities")
     questions: list[BeamQuestion] = []

@@ -9,13 +9,12 @@ speaker, so ``speaker: text`` carries the title as the official retrievers see i
 from __future__ import annotations
 
 import ast
-import json
 from pathlib import Path
 from typing import Any
 
 from .._errors import ImportFormatError
 from .._types import NewItem
-from .paths import shared_data_dir
+from .paths import read_json, shared_data_dir
 
 DEV = "hotpot_dev_distractor_first103.json"
 TRAIN = "hipporag_hotpotqa_train100.json"
@@ -41,12 +40,7 @@ def load_hotpotqa(path: str | Path | None = None, split: str = "dev") -> list[di
     """Entries with ``question``, ``answer``, ``type``, ``context`` and ``supporting_facts`` as
     lists (whichever shape the file stores them in)."""
     p = Path(path) if path is not None else default_path(split)
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ImportFormatError(f"HotpotQA file not found: {p}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ImportFormatError(f"{p}: not valid JSON ({exc})") from None
+    raw = read_json(p, "HotpotQA")
     if not isinstance(raw, list):
         raise ImportFormatError(f"{p}: expected a list of questions")
     out = []

@@ -6,7 +6,6 @@ Each turn becomes one item: the session date is its ``observed_at``, the ``dia_i
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 from .._errors import ImportFormatError
 from .._types import NewItem
-from .paths import shared_data_dir
+from .paths import read_json, shared_data_dir
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _DIA = re.compile(r"^D(\d+):(\d+)$")
@@ -67,12 +66,7 @@ def _clean_evidence(raw: Any, known: set[str]) -> tuple[str, ...]:
 def load_locomo(path: str | Path | None = None) -> list[LocomoConversation]:
     """Parse a LoCoMo file; raise ImportFormatError naming the offending record."""
     p = Path(path) if path is not None else default_path()
-    if not p.exists():
-        raise ImportFormatError(f"LoCoMo file not found: {p}")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ImportFormatError(f"{p}: not valid JSON ({exc})") from None
+    data = read_json(p, "LoCoMo")
     if not isinstance(data, list):
         raise ImportFormatError(f"{p}: expected a JSON list of conversations, got {type(data).__name__}")
     out = []
