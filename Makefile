@@ -6,7 +6,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # llama-cpp-python ships as source on PyPI: build it for this CPU, without CUDA, BLAS or curl.
-export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DLLAMA_CURL=OFF
+# AMX is off: on Sapphire Rapids VMs whose kernel grants no AMX state, its tile instructions
+# raise SIGILL (seen here: `tilezero` in ggml_backend_amx_mul_mat); -march=native alone turns them on.
+export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DLLAMA_CURL=OFF \
+	-DCMAKE_C_FLAGS=-mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16 -DCMAKE_CXX_FLAGS=-mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
 .PHONY: demo test lint reliability bench-retrieval bench-prefix clean
