@@ -43,6 +43,9 @@ class CallRecord:
     error: str = ""
     usage_counted: bool = False
     """True when the tokens were counted locally because the response carried no usage."""
+    cached: bool = False
+    """True when the reply was replayed from a call cache (:class:`~suffice._llm.cache.CachedLLM`):
+    tokens, cost and latency are those of the real call it repeats."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,139 @@
+"""A persistent cache of model calls, keyed by (model, prompt, decoding settings).
+
+Benchmarks and training runs on a 2-core machine ask the same model the same thing many times:
+a rerun after a crash, a new router over recorded paths, a deep-path variant whose fast path is
+unchanged. :class:`CachedLLM` wraps any backend and answers a call it has seen from one SQLite
+file, so such a call costs nothing.
+
+A replayed call is still put on the ledger, with the tokens, cost and latency the real call
+had, and ``cached=True``: a receipt then says what the answer would have cost, and a benchmark
+can add the replayed latency back (:func:`replayed_ms`) so its times stay those of real calls.
+Only successful calls are stored; a failure is never replayed. Writes are one transaction
+each, so a crash loses at most the call in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .base import LLM, CallRecord, Completion, Ledger, Message
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    created REAL NOT NULL
+)
+"""
+
+
+def call_key(model: str, kind: str, payload: Mapping[str, Any]) -> str:
+    """sha256 of the model, the kind of call and everything that shapes its output."""
+    text = json.dumps({"model": model, "kind": kind, **payload}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class CachedLLM:
+    """Any :class:`LLM`, with its successful calls kept in ``path`` and replayed when asked again.
+
+    ``hits`` and ``misses`` count this object's lookups.
+    """
+
+    def __init__(self, llm: LLM, path: str | Path) -> None:
+        self.llm = llm
+        self.model = llm.model
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(_SCHEMA)
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __getattr__(self, name: str) -> Any:  # speed hints, model paths... of the wrapped backend
+        return getattr(self.llm, name)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        value: dict[str, Any] = json.loads(row[0])
+        return value
+
+    def _put(self, key: str, kind: str, value: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?)",
+                             (key, self.model, kind, json.dumps(value, ensure_ascii=False), time.time()))
+
+    @staticmethod
+    def _replay(ledger: Ledger | None, record: dict[str, Any], stage: str) -> CallRecord:
+        rec = replace(CallRecord(**record), stage=stage, cached=True)
+        if ledger is not None:
+            ledger.add(rec)
+        return rec
+
+    def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
+             stop: Sequence[str] | None = None, stage: str = "answer", ledger: Ledger | None = None,
+             deadline: float | None = None) -> Completion:
+        key = call_key(self.model, "chat", {"messages": [dict(m) for m in messages], "max_tokens": max_tokens,
+                                            "temperature": temperature, "stop": list(stop or [])})
+        hit = self._get(key) if temperature == 0.0 else None  # sampled replies are not replayed
+        if hit is not None:
+            return Completion(hit["text"], self._replay(ledger, hit["record"], stage), hit["finish_reason"])
+        own = Ledger()
+        out = self.llm.chat(messages, max_tokens=max_tokens, temperature=temperature, stop=stop, stage=stage,
+                            ledger=own, deadline=deadline)
+        _forward(own, ledger)
+        if temperature == 0.0 and out.record.ok:
+            self._put(key, "chat", {"text": out.text, "finish_reason": out.finish_reason,
+                                    "record": _record_dict(out.record)})
+        return out
+
+    def choice_probs(self, messages: Sequence[Message], choices: Mapping[str, Sequence[str]], *,
+                     stage: str = "router", ledger: Ledger | None = None,
+                     deadline: float | None = None) -> dict[str, float]:
+        key = call_key(self.model, "choice_probs", {"messages": [dict(m) for m in messages],
+                                                    "choices": {k: list(v) for k, v in choices.items()}})
+        hit = self._get(key)
+        if hit is not None:
+            self._replay(ledger, hit["record"], stage)
+            return {k: float(v) for k, v in hit["probs"].items()}
+        own = Ledger()
+        probs = self.llm.choice_probs(messages, choices, stage=stage, ledger=own, deadline=deadline)
+        _forward(own, ledger)
+        if own.records and own.records[-1].ok:
+            self._put(key, "choice_probs", {"probs": probs, "record": _record_dict(own.records[-1])})
+        return probs
+
+
+def _forward(own: Ledger, ledger: Ledger | None) -> None:
+    if ledger is not None:
+        ledger.extend(own)
+
+
+def _record_dict(rec: CallRecord) -> dict[str, Any]:
+    return {f: getattr(rec, f) for f in CallRecord.__dataclass_fields__ if f != "cached"}
+
+
+def replayed_ms(calls: Iterable[CallRecord]) -> float:
+    """Latency of the replayed calls among ``calls``: add it to a wall-clock time measured over
+    cached calls to get the time the same work takes when every call is real."""
+    return sum(c.latency_ms for c in calls if c.cached)
