@@ -35,7 +35,8 @@ def test_slow_block_agents_do_not_hold_the_query(memory):
         return "<answer>Figo</answer>"
     slow_agents = ScriptedLLM(respond, delay_s=2.0)
     t0 = time.monotonic()
-    ans = memory.ask("When is the Kyoto trip?", scope="dana", mode="deep", timeout=0.5, llm=slow_agents)
+    ans = memory.ask("When is the Kyoto trip?", scope="dana", mode="deep", timeout=0.5, llm=slow_agents,
+                     engine=EngineConfig(deep_agents=True))
     assert time.monotonic() - t0 < 0.5 + MARGIN_S
     r = ans.receipt
     assert r.degraded and "agents" in r.out_of_time
@@ -52,7 +53,8 @@ def test_an_agent_that_ignores_the_deadline_is_not_waited_for(memory):
 
     t0 = time.monotonic()
     r = memory.ask("When is the Kyoto trip?", scope="dana", mode="deep", timeout=0.5, agent=Stubborn(),
-                   llm=ScriptedLLM("<answer>November</answer>")).receipt
+                   llm=ScriptedLLM("<answer>November</answer>"),
+                   engine=EngineConfig(deep_agents=True)).receipt
     assert time.monotonic() - t0 < 0.5 + MARGIN_S
     assert "agents" in r.out_of_time
 

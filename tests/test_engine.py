@@ -53,8 +53,13 @@ def test_fast_path_answers_from_the_prefix_with_one_call(memory):
     assert all(p.reason.startswith("prefix rank") for p in r.parts)
 
 
+AGENTS = EngineConfig(deep_agents=True)
+"""The block-agent lever, off by default (see EngineConfig.deep_agents), on for these tests."""
+
+
 def test_deep_path_reads_blocks_and_aggregates(memory):
-    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), mode="deep")
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), mode="deep",
+                     engine=AGENTS)
     r = ans.receipt
     assert ans.text == "Figo" and r.path == "deep"
     assert r.blocks and all(b.ok for b in r.blocks)
@@ -171,7 +176,7 @@ def test_a_router_score_outside_0_1_sends_the_query_deep(memory, bad):
     class Odd:
         name, input_budget = "odd", 10_000
 
-        def score(self, query, evidence, *, ledger=None, deadline=None):
+        def score(self, inp, *, ledger=None, deadline=None):
             return RouterDecision(bad, "odd", 0.0)
 
     r = memory.ask(llm=reader(), router=Odd(), question="Kyoto trip", scope="dana", mode="auto").receipt
@@ -182,7 +187,7 @@ def test_a_crashing_router_sends_the_query_deep(memory):
     class Broken:
         name, input_budget = "broken", 10_000
 
-        def score(self, query, evidence, *, ledger=None, deadline=None):
+        def score(self, inp, *, ledger=None, deadline=None):
             raise KeyError("feature")
 
     r = memory.ask(llm=reader(), router=Broken(), question="Kyoto trip", scope="dana", mode="auto").receipt
@@ -190,8 +195,10 @@ def test_a_crashing_router_sends_the_query_deep(memory):
 
 
 def test_score_router_is_a_probability_with_reasons(memory):
+    from suffice._route import RouterInput
+
     ev = memory.search("What is the name of Dana's cat?", scope="dana")
-    d = ScoreRouter().score("What is the name of Dana's cat?", ev)
+    d = ScoreRouter().score(RouterInput.of_evidence("What is the name of Dana's cat?", ev))
     assert 0.0 <= d.score <= 1.0 and "coverage" in d.reason
 
 
@@ -220,7 +227,7 @@ def small_blocks(tmp_path, embedder):
 
 def test_agents_run_concurrently(small_blocks):
     slow = reader(delay_s=0.4)
-    config = EngineConfig(anchor_blocks=4, max_blocks=4, concurrency=4)
+    config = EngineConfig(anchor_blocks=4, max_blocks=4, concurrency=4, deep_agents=True)
     r = small_blocks.ask(
         "Dana cat Kyoto rainfall model conference", scope="dana", llm=slow, mode="deep", engine=config
     ).receipt
@@ -244,7 +251,9 @@ def test_failing_block_agents_fall_back_to_the_fast_path(memory):
             raise ProviderError("HTTP 500", endpoint="x", status=500)
         return "<answer>Figo</answer>"
 
-    ans = memory.ask(llm=ScriptedLLM(respond), question="cat name?", scope="dana", mode="deep")
+    narrow = EngineConfig(deep_agents=True, deep_scale=1.0)  # no wider evidence to fall back on
+    ans = memory.ask(llm=ScriptedLLM(respond), question="cat name?", scope="dana", mode="deep",
+                     engine=narrow)
     r = ans.receipt
     assert ans.text == "Figo" and r.path == "fast" and r.degraded
     assert any("agent failed" in n for n in r.notes)
@@ -277,7 +286,7 @@ def test_llm_aggregator_flags_conflicts(memory):
         scope="dana",
         llm=ScriptedLLM(respond),
         mode="deep",
-        engine=EngineConfig(aggregator="llm"),
+        engine=EngineConfig(aggregator="llm", deep_agents=True),
     )
     assert ans.text == "November"
     assert any("October became November" in n for n in ans.receipt.notes)
@@ -300,7 +309,7 @@ def test_agent_notes_quote_the_items_they_were_copied_from():
 
 def test_the_deep_receipt_names_the_items_the_notes_quote(memory):
     r = memory.ask(
-        llm=reader(), question="What is the name of Dana's cat?", scope="dana", mode="deep"
+        llm=reader(), question="What is the name of Dana's cat?", scope="dana", mode="deep", engine=AGENTS
     ).receipt
     figo = [it.seq for it in memory.items(scope="dana") if "Her name is Figo" in it.text]
     notes = [p for p in r.parts if p.reason.startswith("notes of block")]
@@ -377,17 +386,18 @@ def test_aggregate_parsing_is_lenient():
 def test_tiny_budgets_never_crash_either_path(memory, budget):
     for mode in ("fast", "deep"):
         ans = memory.ask(llm=reader(), question="Dana cat name?", scope="dana", mode=mode, budget=budget)
-        assert ans.receipt.context_tokens <= int(0.95 * budget)
+        cap = budget * (EngineConfig().deep_scale if mode == "deep" else 1.0)  # deep reads wider
+        assert ans.receipt.context_tokens <= int(0.95 * cap)
 
 
 def test_a_per_query_engine_config_bounds_the_deep_path(memory):
-    one = EngineConfig(anchor_blocks=1, max_blocks=1)
+    one = EngineConfig(anchor_blocks=1, max_blocks=1, deep_agents=True)
     r = memory.ask(
         llm=reader(), question="When is the Kyoto trip?", scope="dana", mode="deep", engine=one
     ).receipt
     assert len(r.blocks) == 1
     r = memory.ask(llm=reader(), question="When is the Kyoto trip?", scope="dana", mode="deep").receipt
-    assert len(r.blocks) > 1  # the memory's own config is untouched
+    assert not r.blocks  # the memory's own config (no agents) is untouched
 
 
 def test_deep_notes_state_relative_dates_against_the_turns_date(memory):
@@ -395,7 +405,8 @@ def test_deep_notes_state_relative_dates_against_the_turns_date(memory):
     r = memory.ask(llm=llm, question="When did Dana adopt Figo?", scope="dana", mode="deep").receipt
     prompt = llm.calls[-1][-1]["content"]
     assert "last weekend = the weekend before 11 April 2025" in prompt
-    assert any("relative dates stated" in n for n in r.notes) and "dates" in r.stages_ms
+    assert any("relative dates stated" in n for n in r.notes)
+    assert [lv.name for lv in r.levers if lv.name == "dates"] == ["dates"]
     off = memory.ask(
         llm=reader(),
         question="When did Dana adopt Figo?",
@@ -404,3 +415,25 @@ def test_deep_notes_state_relative_dates_against_the_turns_date(memory):
         engine=EngineConfig(resolve_dates=False),
     )
     assert not any("relative dates" in n for n in off.receipt.notes)
+
+
+def test_a_deep_model_writes_the_deep_answer_over_a_wider_context(memory):
+    fast_model, strong = reader(), ScriptedLLM("<answer>Figo, a grey cat</answer>")
+    r = memory.ask("What is the name of Dana's cat?", scope="dana", llm=fast_model, deep_llm=strong,
+                   mode="deep", budget=300).receipt
+    assert r.path == "deep" and not fast_model.calls and len(strong.calls) == 1
+    assert 0.95 * 300 < r.context_tokens <= int(0.95 * 300 * EngineConfig().deep_scale)
+    levers = {lv.name: lv for lv in r.levers}
+    assert set(levers) >= {"evidence", "model"} and "blocks" not in levers
+    assert levers["model"].tokens == sum(c.input_tokens + c.output_tokens for c in r.calls)
+    assert "scripted" in levers["model"].detail
+
+
+def test_a_failing_deep_model_degrades_to_the_fast_model_and_says_so(memory):
+    down = ScriptedLLM([ProviderError("connection refused", endpoint="http://127.0.0.1:9")] * 3)
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), deep_llm=down,
+                     mode="deep")
+    r = ans.receipt
+    assert ans.text == "Figo" and r.path == "fast" and r.degraded
+    assert any("aggregation failed" in n for n in r.notes)
+    assert [c.stage for c in r.calls][-1] == "answer"  # the fast model answered in the end

@@ -47,7 +47,8 @@ from ._llm import (
     ScriptedLLM,
     make_llm,
 )
-from ._route.sufficiency import LMRouter, RouterDecision, ScoreRouter, SufficiencyRouter
+from ._route.sufficiency import LMRouter, RouterDecision, RouterInput, ScoreRouter, SufficiencyRouter
+from ._route.trained import TrainedRouter
 from ._store import SQLiteStore, Store
 from ._types import (
     AuditEntry,
@@ -114,6 +115,7 @@ __all__ = [
     "Reranker",
     "RetrievalConfig",
     "RouterDecision",
+    "RouterInput",
     "SQLiteStore",
     "ScoreRouter",
     "ScriptedLLM",
@@ -124,6 +126,7 @@ __all__ = [
     "StoreStats",
     "SufficeError",
     "SufficiencyRouter",
+    "TrainedRouter",
     "UnknownScopeError",
     "__version__",
     "load_encoder",

@@ -199,6 +199,8 @@ class Memory:
                  record_writer: RecordWriter | None = None,
                  retrieval: RetrievalConfig | None = None, render: RenderConfig | None = None,
                  engine: EngineConfig | None = None, llm: LLM | None = None,
+                 deep_llm: LLM | None = None,
+                 router: SufficiencyRouter | Literal["default"] | None = "default",
                  create: bool = True, rebuild: bool = False) -> None:
         self.retrieval = _config(retrieval, RetrievalConfig, "retrieval")
         self.render_config = _config(render, RenderConfig, "render")
@@ -218,6 +220,10 @@ class Memory:
         self.reranker = reranker
         self._compose(config)
         self._llm = llm
+        self.deep_llm = deep_llm
+        """The model that writes deep-path answers (capacity escalation); None: the memory's model."""
+        self._router_choice = router
+        self._router: SufficiencyRouter | None = None
         self._llm_lock = threading.Lock()
         self._own_llm = False
         """True once ``default_llm`` loaded a model this memory must close."""
@@ -521,6 +527,7 @@ class Memory:
     def ask(self, question: str, *, scope: str | None = None, user_id: str | None = None,
             agent_id: str | None = None, run_id: str | None = None, llm: LLM | None = None,
             mode: Mode = "fast", router: SufficiencyRouter | None = None, tau: float | None = None,
+            deep_llm: LLM | None = None,
             budget: int | None = None, timeout: float | None = None, engine: EngineConfig | None = None,
             retrieval: RetrievalConfig | None = None, render: RenderConfig | None = None,
             agent: MemoryAgent | None = None, session: str | None = None, speaker: str | None = None,
@@ -550,11 +557,27 @@ class Memory:
         if changes:
             config = config.replace(**changes)
         self._require(ident.scope)
+        router = router or self.router
         eng = Engine(self._store, self._retriever, self._renderer, llm or self.default_llm(),
-                     router=router, agent=agent)
+                     router=router, agent=agent, deep_llm=deep_llm or self.deep_llm)
         return eng.ask(question, scope=ident.scope, mode=mode, config=config,
                        retrieval=_config(retrieval, RetrievalConfig, "retrieval", self.retrieval),
                        render=_config(render, RenderConfig, "render", self.render_config), flt=flt)
+
+    @property
+    def router(self) -> SufficiencyRouter | None:
+        """The router ``mode="auto"`` uses when a call names none: the one given to the
+        constructor; by default the trained router when one is installed and was trained on
+        this memory's encoder (``suffice.data/router``, or the folder ``$SUFFICE_ROUTER``
+        names), else None (the engine then uses the retrieval-signal router)."""
+        with self._llm_lock:
+            if self._router_choice == "default":
+                from ._route.trained import default_router
+                self._router = default_router(self.embedder.name if self.embedder else "")
+                self._router_choice = self._router
+            elif self._router is None and self._router_choice is not None:
+                self._router = self._router_choice
+            return self._router
 
     def default_llm(self) -> LLM:
         """The memory's model: the one given, else the local shipped model (``[local]`` extra),

@@ -16,11 +16,12 @@ from ._config import EngineConfig
 from ._errors import ProviderError
 from ._llm.base import LLM, CallRecord, Ledger
 from ._prompts import BLOCK_NONE, block_agent_messages
+from ._store.base import Store
 from ._text import STOPWORDS, words
 from ._timeref import annotate
 from ._times import day_of
 from ._tokens import count_tokens, truncate
-from ._types import Block, Hit, Item
+from ._types import Block, ContextPart, Evidence, Hit, Item
 from ._views import ScopeViews
 
 
@@ -82,6 +83,58 @@ def with_dates(notes: Sequence[AgentNote], items: dict[int, Item]) -> tuple[list
         changed += sum(a != line for a, (_, line) in zip(dated, pairs, strict=True))
         out.append(replace(n, notes="\n".join(dated)))
     return out, changed
+
+
+def dated_context(text: str, parts: Sequence[ContextPart], known: Evidence, store: Store, scope: str,
+                  cap: int) -> tuple[str, int]:
+    """A rendered context whose turns also state their relative dates (:func:`with_dates` for
+    retrieved evidence), and how many lines gained one; never more than ``cap`` tokens: when
+    the dates do not all fit, the earliest lines keep theirs.
+
+    A line is matched to the context's item whose text it holds (a long item shown by a piece:
+    the item whose text holds the line's words after its header).
+    """
+    seqs = sorted({q for p in parts for q in p.seqs})
+    have = {h.seq: h.item for h in known.hits}
+    missing = [q for q in seqs if q not in have]
+    if missing:
+        have.update({it.seq: it for it in store.items(scope, missing)})
+    items = [have[q] for q in seqs if q in have and have[q].observed_ts is not None]
+    if not items or not text:
+        return text, 0
+    lines = text.split("\n")
+    left = cap - count_tokens(text)
+    changed = 0
+    for i, line in enumerate(lines):
+        it = _line_item(line, items)
+        if it is None:
+            continue
+        dated = annotate(line, it.text, day_of(it.observed_ts))
+        if dated == line:
+            continue
+        extra = count_tokens(dated) - count_tokens(line)
+        if extra > left:
+            break
+        lines[i] = dated
+        left -= extra
+        changed += 1
+    return "\n".join(lines), changed
+
+
+def _line_item(line: str, items: Sequence[Item]) -> Item | None:
+    body = line.strip()
+    if not body:
+        return None
+    for it in items:
+        if it.text and it.text in line:
+            return it
+    tail = body.split(": ", 1)[-1].strip(" …")
+    if len(tail) < 12:
+        return None
+    for it in items:
+        if tail in it.text:
+            return it
+    return None
 
 
 def choose_blocks(hits: Sequence[Hit], views: ScopeViews, settings: EngineConfig) -> list[ChosenBlock]:

@@ -22,6 +22,7 @@ from ._deep import (
     LLMBlockReader,
     MemoryAgent,
     choose_blocks,
+    dated_context,
     notes_text,
     run_agents,
     with_dates,
@@ -32,7 +33,15 @@ from ._llm.parse import extract_answer
 from ._prompts import Style, aggregate_messages, answer_messages, choose_style, deep_context
 from ._render import Renderer
 from ._retrieve import Ranking, Retriever
-from ._route.sufficiency import RouterDecision, ScoreRouter, SufficiencyRouter, over_budget
+from ._route.features import OUTSIDE
+from ._route.sufficiency import (
+    RouterDecision,
+    RouterInput,
+    ScoreRouter,
+    SufficiencyRouter,
+    over_budget,
+    router_tau,
+)
 from ._store.base import Store
 from ._tokens import count_tokens, fill_in_order
 from ._types import ContextPart, Evidence, Filter, Hit, Item
@@ -58,6 +67,19 @@ class BlockReceipt:
     cost_usd: float = 0.0
     notes_tokens: int = 0
     """Tokens of this block's notes that reached the final context."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeverReceipt:
+    """One thing the deep path did beyond the fast path, and what it cost."""
+
+    name: str
+    """``blocks`` (memory agents read blocks), ``evidence`` (a wider context than the fast
+    budget), ``model`` (a stronger model answered) or ``dates`` (relative dates stated)."""
+    detail: str
+    latency_ms: float = 0.0
+    tokens: int = 0
+    cost_usd: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +111,9 @@ class Receipt:
     """The query's deadline (``EngineConfig.timeout_s``), when it had one."""
     out_of_time: tuple[str, ...] = ()
     """Stages the deadline cut short (each fell back to a cheaper path; see ``notes``)."""
+    levers: tuple[LeverReceipt, ...] = ()
+    """On the deep path: which levers ran (blocks, wider evidence, a stronger model, dates)
+    and what each cost."""
 
     @property
     def input_tokens(self) -> int:
@@ -126,11 +151,14 @@ class Engine:
     """Answers questions over one store with one reader model, from the parts Memory composed."""
 
     def __init__(self, store: Store, retriever: Retriever, renderer: Renderer, llm: LLM, *,
-                 router: SufficiencyRouter | None = None, agent: MemoryAgent | None = None) -> None:
+                 router: SufficiencyRouter | None = None, agent: MemoryAgent | None = None,
+                 deep_llm: LLM | None = None) -> None:
         self.store = store
         self.retriever = retriever
         self.renderer = renderer
         self.llm = llm
+        self.deep_llm = deep_llm
+        """The model that writes the deep path's answer (capacity escalation); None: ``llm``."""
         # Without a router, auto uses the retrieval-signal router: no model call (the 0.5B LM
         # router costs ~3 s a query) and on LoCoMo it ranks no worse (docs/benchmarks.md §5).
         self.router: SufficiencyRouter = router or ScoreRouter()
@@ -168,7 +196,8 @@ class Engine:
         """Answer ``question`` from ``scope`` under the given configs, each applied whole."""
         if mode not in ("fast", "deep", "auto"):
             raise ConfigError(f"unknown mode {mode!r}; use fast, deep or auto")
-        tau, budget = config.tau, config.reader_budget
+        budget = config.reader_budget
+        tau = config.tau if config.tau is not None else router_tau(self.router)
         style = style or choose_style(question)
         ledger = Ledger()
         stages: dict[str, float] = {}
@@ -176,14 +205,8 @@ class Engine:
         t0 = time.perf_counter()
         clock = _Clock(config.timeout_s)
 
-        # The one retrieval of this query: deep enough for the reader's context (render pieces,
-        # or prefix hits to fill the budget); the router and the deep path see its top k hits,
-        # the evidence context C_f.
-        use_prefix = config.context == "prefix"
-        depth = max(retrieval.k, config.context_depth if use_prefix else 0)
-        ranking = self.retriever.rank(scope, question, retrieval, depth=depth, flt=flt,
-                                      piece_depth=0 if use_prefix else render.depth(budget))
-        ranked = self.retriever.evidence(ranking)
+        deep_budget = deep_budget_of(config)
+        ranking, ranked = self.prefix(question, scope, mode, config, retrieval, render, flt)
         evidence = ranked.top(retrieval.k)
         stages["prefix"] = _ms(t0)
         if "rerank_ms" in ranking.timings_ms:  # part of the prefix, shown apart for its cost
@@ -193,19 +216,28 @@ class Engine:
 
         decision: RouterDecision | None = None
         path: Path = "fast" if mode == "fast" else "deep"
+        fast: tuple[str, tuple[ContextPart, ...]] | None = None
         if mode == "auto":
+            # The router reads what the fast reader would read, so the context is made first;
+            # on an early stop it is the one answered from.
             t = time.perf_counter()
-            decision = self._route(question, evidence, ledger, clock)
+            fast = self.fast_context(question, budget, ranking, ranked, config, render, retrieval)
+            stages["context"] = _ms(t)
+            t = time.perf_counter()
+            decision = self._route(self.router_input(question, fast[0], fast[1], evidence, ranking),
+                                   ledger, clock)
             stages["router"] = _ms(t)
             path = "fast" if decision.ok and decision.score >= tau else "deep"
             if not decision.ok:
                 notes.append(decision.reason)
 
         blocks: tuple[BlockReceipt, ...] = ()
+        levers: tuple[LeverReceipt, ...] = ()
         degraded = False
         if path == "deep":
-            result, blocks = self._deep(question, scope, evidence, ranking, ranked, budget, style, ledger,
-                                        stages, notes, config, render, retrieval, clock)
+            result, blocks, levers = self._deep(question, scope, evidence, ranking, ranked, budget,
+                                                deep_budget, style, ledger, stages, notes, config, render,
+                                                retrieval, clock)
             if result is None:  # every agent failed or nothing relevant: the fast path answers
                 path = "fast"  # the blocks stay on the receipt: they were read and paid for
                 degraded = True
@@ -213,11 +245,13 @@ class Engine:
                 text, parts, context_tokens = result
                 return self._finish(question, scope, mode, "deep", text, evidence, parts,
                                     context_tokens, ledger, stages, t0, decision, tau,
-                                    blocks, degraded, notes, clock)
+                                    blocks, degraded, notes, clock, levers)
 
-        t = time.perf_counter()
-        context, parts = self.fast_context(question, budget, ranking, ranked, config, render, retrieval)
-        stages["context"] = _ms(t)
+        if fast is None:
+            t = time.perf_counter()
+            fast = self.fast_context(question, budget, ranking, ranked, config, render, retrieval)
+            stages["context"] = stages.get("context", 0.0) + _ms(t)
+        context, parts = fast
         t = time.perf_counter()
         text, ok = self._answer(answer_messages(question, context, style), ledger, "answer",
                                 config.answer_max_tokens, clock)
@@ -228,18 +262,57 @@ class Engine:
             text = evidence.hits[0].item.text if evidence.hits else ""
         return self._finish(question, scope, mode, "fast", text, evidence, parts,
                             count_tokens(context), ledger, stages, t0, decision, tau,
-                            blocks, degraded, notes, clock)
+                            blocks, degraded, notes, clock, levers)
 
-    def _route(self, question: str, evidence: Evidence, ledger: Ledger, clock: _Clock) -> RouterDecision:
+    def prefix(self, question: str, scope: str, mode: Mode, config: EngineConfig, retrieval: RetrievalConfig,
+               render: RenderConfig, flt: Filter | None = None) -> tuple[Ranking, Evidence]:
+        """The one retrieval of a query and the hits it fetches.
+
+        Deep enough for every context it may feed: the fast reader's (render pieces, or prefix
+        hits to fill the budget) and, when the query may go deep, the deep reader's wider one.
+        The router and the deep path see its top k hits, the evidence context C_f; the fused
+        order is kept ``candidate_k`` deep for the router.
+        """
+        budget = config.reader_budget
+        read_budget = budget if mode == "fast" else deep_budget_of(config)
+        use_prefix = config.context == "prefix"
+        scale = -(-read_budget // max(budget, 1))
+        depth = max(retrieval.k, config.context_depth * scale if use_prefix else 0)
+        ranking = self.retriever.rank(scope, question, retrieval, depth=max(depth, retrieval.candidate_k),
+                                      flt=flt, piece_depth=0 if use_prefix else render.depth(read_budget))
+        return ranking, self.retriever.evidence(ranking, depth)
+
+    def route_input(self, question: str, *, scope: str, config: EngineConfig, retrieval: RetrievalConfig,
+                    render: RenderConfig, flt: Filter | None = None) -> RouterInput:
+        """What the router reads for ``question`` in auto mode, made as :meth:`ask` makes it
+        (benchmarks and training score routers on exactly this)."""
+        ranking, ranked = self.prefix(question, scope, "auto", config, retrieval, render, flt)
+        text, parts = self.fast_context(question, config.reader_budget, ranking, ranked, config, render,
+                                        retrieval)
+        return self.router_input(question, text, parts, ranked.top(retrieval.k), ranking)
+
+    def router_input(self, question: str, text: str, parts: Sequence[ContextPart], evidence: Evidence,
+                     ranking: Ranking) -> RouterInput:
+        """What a router reads: the fast context as the reader would get it, its items (and the
+        ranking's first items it left out), the top hits and the query's ranking."""
+        seqs = sorted({q for p in parts for q in p.seqs} | set(ranking.seqs[:OUTSIDE]))
+        have = {h.seq: h.item for h in evidence.hits}
+        missing = [q for q in seqs if q not in have]
+        if missing:
+            have.update({it.seq: it for it in self.store.items(ranking.scope, missing)})
+        return RouterInput(question, text, count_tokens(text), tuple(parts),
+                           {q: have[q] for q in seqs if q in have}, evidence, ranking)
+
+    def _route(self, inp: RouterInput, ledger: Ledger, clock: _Clock) -> RouterDecision:
         """The router's decision; over its input budget or on any failure, ``ok=False`` (deep)."""
-        refused = over_budget(count_tokens(evidence.text), self.router.input_budget)
+        refused = over_budget(inp.tokens, self.router.input_budget)
         if refused is not None:
             return refused
         if clock.passed():
             clock.ran_out("router")
             return RouterDecision(0.0, "the query's deadline passed before the router ran", 0.0, ok=False)
         try:
-            d = self.router.score(question, evidence, ledger=ledger, deadline=clock.deadline)
+            d = self.router.score(inp, ledger=ledger, deadline=clock.deadline)
         except Exception as exc:  # a pluggable router's bug must not sink the query
             return RouterDecision(0.0, f"router {self.router.name} failed "
                                   f"({type(exc).__name__}: {exc}); going deep", 0.0, ok=False)
@@ -251,9 +324,9 @@ class Engine:
         return d
 
     def _answer(self, messages: list[Message], ledger: Ledger, stage: str, max_tokens: int,
-                clock: _Clock, raw: bool = False) -> tuple[str, bool]:
+                clock: _Clock, raw: bool = False, llm: LLM | None = None) -> tuple[str, bool]:
         try:
-            out = self.llm.chat(messages, max_tokens=max_tokens * (3 if raw else 1),
+            out = (llm or self.llm).chat(messages, max_tokens=max_tokens * (3 if raw else 1),
                                 stage=stage, ledger=ledger, deadline=clock.deadline)
         except DeadlineError as exc:
             clock.ran_out(stage)
@@ -263,92 +336,137 @@ class Engine:
         return (out.text if raw else extract_answer(out.text).strip()), True
 
     def _deep(self, question: str, scope: str, evidence: Evidence, ranking: Ranking, ranked: Evidence,
-              budget: int, style: Style, ledger: Ledger, stages: dict[str, float], notes: list[str],
-              s: EngineConfig, render: RenderConfig, retrieval: RetrievalConfig, clock: _Clock
-              ) -> tuple[tuple[str, tuple[ContextPart, ...], int] | None, tuple[BlockReceipt, ...]]:
-        """(answer, parts, context tokens) or None when the deep path cannot answer; and the
-        receipts of the blocks it read either way."""
-        t = time.perf_counter()
-        views = (ranking.index or self.retriever.index(scope)).views
-        chosen = choose_blocks(evidence.hits, views, s)
-        lo = min((c.block.first_seq for c in chosen), default=0)
-        hi = max((c.block.last_seq for c in chosen), default=-1)
-        pool = {it.seq: it for it in self.store.items(scope, start=lo, end=hi + 1)}
-        if ranking.filter is not None and not ranking.filter.empty:
-            flt = ranking.filter
-            pool = {q: it for q, it in pool.items() if flt.matches(it)}
-        block_items = {c.block.index: [pool[q] for q in range(c.block.first_seq, c.block.last_seq + 1)
-                                       if q in pool] for c in chosen}
-        stages["blocks"] = _ms(t)
-        t = time.perf_counter()
-        agent = self.agent or LLMBlockReader(self.llm, max_block_tokens=s.agent_block_tokens,
-                                             max_tokens=s.agent_max_tokens, grounding=s.agent_grounding)
-        agent_notes = run_agents(agent, question, chosen, block_items,
-                                 {h.seq for h in evidence.hits}, concurrency=s.concurrency,
-                                 ledger=ledger, deadline=clock.deadline)
-        stages["agents"] = _ms(t)
-        if any(not n.ok and "DeadlineError" in n.error for n in agent_notes):
-            clock.ran_out("agents")
-        for n in agent_notes:
-            if not n.ok:
-                notes.append(f"block {n.block} agent failed: {n.error}")
-        if s.resolve_dates:
+              budget: int, deep_budget: int, style: Style, ledger: Ledger, stages: dict[str, float],
+              notes: list[str], s: EngineConfig, render: RenderConfig, retrieval: RetrievalConfig,
+              clock: _Clock) -> tuple[tuple[str, tuple[ContextPart, ...], int] | None,
+                                      tuple[BlockReceipt, ...], tuple[LeverReceipt, ...]]:
+        """(answer, parts, context tokens) or None when the deep path cannot answer; the
+        receipts of the blocks it read, and of the levers it pulled, either way.
+
+        The levers: block agents read the blocks around the hits (``deep_agents``); the reader
+        gets ``deep_budget`` tokens, more than the fast path had (``evidence``); quoted and
+        retrieved turns state their relative dates (``resolve_dates``); and the deep model, when
+        the engine has one, writes the answer (``model``).
+        """
+        levers: list[LeverReceipt] = []
+        reader = self.deep_llm or self.llm
+        wider = deep_budget > budget
+        agent_notes: list[AgentNote] = []
+        chosen: list[ChosenBlock] = []
+        pool: dict[int, Item] = {}
+        if s.deep_agents:
+            t = time.perf_counter()
+            views = (ranking.index or self.retriever.index(scope)).views
+            chosen = choose_blocks(evidence.hits, views, s)
+            lo = min((c.block.first_seq for c in chosen), default=0)
+            hi = max((c.block.last_seq for c in chosen), default=-1)
+            pool = {it.seq: it for it in self.store.items(scope, start=lo, end=hi + 1)}
+            if ranking.filter is not None and not ranking.filter.empty:
+                flt = ranking.filter
+                pool = {q: it for q, it in pool.items() if flt.matches(it)}
+            block_items = {c.block.index: [pool[q] for q in range(c.block.first_seq, c.block.last_seq + 1)
+                                           if q in pool] for c in chosen}
+            stages["blocks"] = _ms(t)
+            t = time.perf_counter()
+            agent = self.agent or LLMBlockReader(self.llm, max_block_tokens=s.agent_block_tokens,
+                                                 max_tokens=s.agent_max_tokens, grounding=s.agent_grounding)
+            agent_notes = run_agents(agent, question, chosen, block_items,
+                                     {h.seq for h in evidence.hits}, concurrency=s.concurrency,
+                                     ledger=ledger, deadline=clock.deadline)
+            stages["agents"] = _ms(t)
+            if any(not n.ok and "DeadlineError" in n.error for n in agent_notes):
+                clock.ran_out("agents")
+            for n in agent_notes:
+                if not n.ok:
+                    notes.append(f"block {n.block} agent failed: {n.error}")
+            calls = [c for n in agent_notes for c in n.calls]
+            levers.append(LeverReceipt(
+                "blocks", f"{len(chosen)} block(s) read by memory agents, "
+                f"{sum(n.relevant for n in agent_notes)} with relevant turns", stages["agents"],
+                sum(c.input_tokens + c.output_tokens for c in calls), math.fsum(c.cost_usd for c in calls)))
+        dated = 0
+        if s.resolve_dates and agent_notes:
             t = time.perf_counter()
             agent_notes, dated = with_dates(agent_notes, pool)
             stages["dates"] = _ms(t)
-            if dated:
-                notes.append(f"relative dates stated in {dated} quoted turn(s)")
         relevant = [n for n in agent_notes if n.relevant]
-        if not relevant:
-            notes.append("no block agent returned relevant notes; the fast path answered")
-            return None, _block_receipts(chosen, agent_notes, {})
-        cap = int(render.prompt_cap * budget)
-        body, kept = notes_text(agent_notes, int(cap * s.notes_share))
+        if s.deep_agents and not relevant:
+            if not wider:
+                notes.append("no block agent returned relevant notes; the fast path answered")
+                return None, _block_receipts(chosen, agent_notes, {}), tuple(levers)
+            notes.append("no block agent returned relevant notes; the wider evidence answered")
+        cap = int(render.prompt_cap * deep_budget)
+        body, kept = notes_text(agent_notes, int(cap * s.notes_share)) if relevant else ("", {})
         used = {b: count_tokens("\n".join(lines)) for b, lines in kept.items()}
         receipts = _block_receipts(chosen, agent_notes, used)
-        if not body:
+        if relevant and not body and not wider:
             notes.append("no agent note fits the budget; the fast path answered")
-            return None, receipts
+            return None, receipts, tuple(levers)
         parts: list[ContextPart] = [
             ContextPart("notice", None, _quoted(n, set(kept[n.block])), used[n.block],
                         f"notes of block {n.block}")
             for n in relevant if n.block in kept]
-        if s.aggregator == "llm":
+        if s.aggregator == "llm" and body:
             t = time.perf_counter()
             text, ok = self._answer(aggregate_messages(question, body), ledger, "aggregate",
-                                    s.answer_max_tokens, clock, raw=True)
+                                    s.answer_max_tokens, clock, raw=True, llm=reader)
             stages["aggregate"] = _ms(t)
             if ok:
                 text, conflicts = split_aggregate(text)
                 if conflicts:
                     notes.append(f"conflicts flagged: {conflicts}")
         else:
-            # The reader merges: notes first (oldest first, later ones win), then as much of
-            # the fast path's context as still fits.
+            # The reader merges: notes first (oldest first, later ones win), then as much
+            # retrieved evidence as still fits the deep budget.
             t = time.perf_counter()
-            room = cap - count_tokens(body) - 40
+            room = cap - (count_tokens(body) + 40 if body else 0)
             evidence_text: str = ""
             evidence_parts: tuple[ContextPart, ...] = ()
             if room > 0 and render.prompt_cap > 0:
-                evidence_text, evidence_parts = self.fast_context(
-                    question, int(room / render.prompt_cap), ranking, ranked, s, render, retrieval)
+                evidence_text, evidence_parts = self._evidence(question, room, ranking, ranked, s, render,
+                                                               retrieval)
+                if s.resolve_dates:
+                    evidence_text, more = dated_context(evidence_text, evidence_parts, ranked,
+                                                        self.store, scope, room)
+                    dated += more
             parts += evidence_parts
-            body = deep_context(body, evidence_text)
+            body = deep_context(body, evidence_text) if body else evidence_text
             stages["evidence"] = _ms(t)
+            if wider:
+                levers.append(LeverReceipt(
+                    "evidence", f"{count_tokens(body)}-token context (deep budget {deep_budget}, "
+                    f"fast budget {budget})", stages["evidence"]))
             t = time.perf_counter()
             text, ok = self._answer(answer_messages(question, body, style), ledger, "aggregate",
-                                    s.answer_max_tokens, clock)
+                                    s.answer_max_tokens, clock, llm=reader)
             stages["aggregate"] = _ms(t)
+        if dated:
+            notes.append(f"relative dates stated in {dated} turn(s)")
+            levers.append(LeverReceipt("dates", f"relative dates stated in {dated} turn(s), by rule",
+                                       stages.get("dates", 0.0)))
+        if reader is not self.llm:
+            answer_calls = [c for c in ledger.records if c.stage == "aggregate"]
+            levers.append(LeverReceipt(
+                "model", f"{reader.model} wrote the answer (fast path: {self.llm.model})",
+                stages.get("aggregate", 0.0), sum(c.input_tokens + c.output_tokens for c in answer_calls),
+                math.fsum(c.cost_usd for c in answer_calls)))
         if not ok:
             notes.append(f"aggregation failed ({text}); the fast path answered")
-            return None, receipts
-        return (text, tuple(parts), count_tokens(body)), receipts
+            return None, receipts, tuple(levers)
+        return (text, tuple(parts), count_tokens(body)), receipts, tuple(levers)
+
+    def _evidence(self, question: str, room: int, ranking: Ranking, ranked: Evidence, s: EngineConfig,
+                  render: RenderConfig, retrieval: RetrievalConfig) -> tuple[str, tuple[ContextPart, ...]]:
+        """Retrieved evidence within ``room`` tokens: the fast path's kind of context, made wider."""
+        return self.fast_context(question, int(room / render.prompt_cap), ranking, ranked, s, render,
+                                 retrieval)
 
     def _finish(self, question: str, scope: str, mode: str, path: Path, text: str,
                 evidence: Evidence, parts: Sequence[ContextPart], context_tokens: int,
                 ledger: Ledger, stages: dict[str, float], t0: float,
                 decision: RouterDecision | None, tau: float, blocks: tuple[BlockReceipt, ...],
-                degraded: bool, notes: list[str], clock: _Clock) -> Answer:
+                degraded: bool, notes: list[str], clock: _Clock,
+                levers: tuple[LeverReceipt, ...] = ()) -> Answer:
         if clock.missed:
             degraded = True
             notes.append(f"the query's deadline of {clock.timeout_s:g} s passed during: "
@@ -364,9 +482,14 @@ class Engine:
             router_score=decision.score if decision else None,
             tau=tau if decision else None, router_reason=decision.reason if decision else "",
             blocks=blocks, degraded=degraded, notes=tuple(notes), deadline_s=clock.timeout_s,
-            out_of_time=tuple(dict.fromkeys(clock.missed)),
+            out_of_time=tuple(dict.fromkeys(clock.missed)), levers=levers,
         )
         return Answer(text=text, receipt=receipt, evidence=evidence.items)
+
+
+def deep_budget_of(config: EngineConfig) -> int:
+    """The deep reader's context budget: ``deep_scale`` times the fast reader's."""
+    return int(config.reader_budget * config.deep_scale)
 
 
 class _Clock:

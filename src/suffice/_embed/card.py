@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .._errors import ModelFileError
 
-KINDS = {"encoder": "dense encoder", "reranker": "reranker"}
+KINDS = {"encoder": "dense encoder", "reranker": "reranker", "router": "sufficiency router"}
 
 
 def sha256(path: Path) -> str:
@@ -21,8 +21,8 @@ def sha256(path: Path) -> str:
 
 
 def open_model(folder: str | Path, kind: str) -> tuple[Path, str]:
-    """(model path, name) of a trained ``kind`` ("encoder" or "reranker"); a card without a kind
-    is an encoder's (older cards had none)."""
+    """(model path, name) of a trained ``kind`` ("encoder", "reranker" or "router"); a card
+    without a kind is an encoder's (older cards had none)."""
     what = KINDS[kind]
     d = Path(folder)
     card_path, model = d / "card.json", d / "model.onnx"

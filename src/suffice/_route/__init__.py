@@ -1,5 +1,15 @@
-"""Decisions: whether the prefix evidence suffices, and (later) which tier each module runs."""
+"""Decisions: whether the fast context suffices, and (later) which tier each module runs."""
 
-from .sufficiency import LMRouter, RouterDecision, ScoreRouter, SufficiencyRouter, over_budget
+from .sufficiency import (
+    LMRouter,
+    RouterDecision,
+    RouterInput,
+    ScoreRouter,
+    SufficiencyRouter,
+    over_budget,
+    router_tau,
+)
+from .trained import TrainedRouter, default_router
 
-__all__ = ["LMRouter", "RouterDecision", "ScoreRouter", "SufficiencyRouter", "over_budget"]
+__all__ = ["LMRouter", "RouterDecision", "RouterInput", "ScoreRouter", "SufficiencyRouter", "TrainedRouter",
+           "default_router", "over_budget", "router_tau"]

@@ -1,29 +1,60 @@
-"""Sufficiency routers: does the shared prefix's evidence already answer the query?
+"""Sufficiency routers: does the fast context already hold what the query needs?
 
-A router returns a score in [0, 1] and a reason; the engine stops after the prefix when the
-score reaches tau. Two untrained routers live here: a zero-shot LM router that reads one
-next-token distribution (no generated text), and a cheap router over retrieval signals.
+A router reads a :class:`RouterInput` (the context the fast reader would get, its items, the
+prefix's top hits and the query's ranking) and returns a score in [0, 1] and a reason; the
+engine stops after the prefix when the score reaches tau. Two untrained routers live here: a
+zero-shot LM router that reads one next-token distribution (no generated text), and a cheap
+router over retrieval signals. The trained router is in :mod:`suffice._route.trained`.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from .._errors import ProviderError
 from .._llm.base import LLM, Ledger
 from .._prompts import sufficiency_messages
+from .._retrieve import Ranking
 from .._text import query_terms, words
 from .._tokens import count_tokens
-from .._types import Evidence
+from .._types import ContextPart, Evidence, Item
 
 YES_NO: dict[str, list[str]] = {
     "yes": ["Yes", "yes", " Yes", " yes", "YES"],
     "no": ["No", "no", " No", " no", "NO"],
 }
 """Surface variants of each answer token; a model may put any of them first."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterInput:
+    """What a router reads for one query: the fast path's context and where it came from."""
+
+    query: str
+    text: str
+    """The context exactly as the fast reader would read it."""
+    tokens: int
+    parts: tuple[ContextPart, ...]
+    """The context's parts (records, pieces, raw items) and why each is there."""
+    items: Mapping[int, Item]
+    """The items the context shows (whole or by a piece), and the ranking's first few that it
+    does not, by seq; ``parts`` says which are shown."""
+    evidence: Evidence
+    """The prefix's top ``k`` hits, best first (C_f)."""
+    ranking: Ranking | None = field(default=None, repr=False, compare=False)
+    """The query's ranking: every source's scores, the query vector, the scope's vectors."""
+
+    @classmethod
+    def of_evidence(cls, query: str, evidence: Evidence) -> RouterInput:
+        """The prefix hits themselves as the context (for a caller that has only hits)."""
+        text = evidence.text
+        parts = tuple(ContextPart("raw", h.unit, (h.seq,), 0, f"prefix rank {h.rank + 1}", h.score)
+                      for h in evidence.hits)
+        return cls(query, text, count_tokens(text), parts, {h.seq: h.item for h in evidence.hits}, evidence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +73,20 @@ class SufficiencyRouter(Protocol):
     input_budget: int
     """Evidence above this many tokens is not scored: the engine goes deep instead."""
 
-    def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None,
+    def score(self, inp: RouterInput, *, ledger: Ledger | None = None,
               deadline: float | None = None) -> RouterDecision:
-        """The score of ``evidence`` for ``query``; a model call must end by ``deadline``."""
+        """How likely ``inp.text`` suffices for ``inp.query``; a model call must end by ``deadline``."""
         ...
+
+
+DEFAULT_TAU = 0.5
+"""The threshold for a router that carries no calibrated one."""
+
+
+def router_tau(router: object) -> float:
+    """The router's own calibrated threshold (``router.tau``), else :data:`DEFAULT_TAU`."""
+    tau = getattr(router, "tau", None)
+    return float(tau) if isinstance(tau, int | float) and 0.0 <= tau <= 1.0 else DEFAULT_TAU
 
 
 def over_budget(evidence_tokens: int, input_budget: int, latency_ms: float = 0.0
@@ -70,15 +111,14 @@ class LMRouter:
         self.llm = llm
         self.input_budget = input_budget
 
-    def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None,
+    def score(self, inp: RouterInput, *, ledger: Ledger | None = None,
               deadline: float | None = None) -> RouterDecision:
         t0 = time.perf_counter()
-        text = evidence.text
-        refused = over_budget(count_tokens(text), self.input_budget, _ms(t0))
+        refused = over_budget(inp.tokens, self.input_budget, _ms(t0))
         if refused is not None:
             return refused
         try:
-            probs = self.llm.choice_probs(sufficiency_messages(query, text), YES_NO,
+            probs = self.llm.choice_probs(sufficiency_messages(inp.query, inp.text), YES_NO,
                                           stage="router", ledger=ledger, deadline=deadline)
         except ProviderError as exc:
             return RouterDecision(0.0, f"router model failed ({exc}); going deep", _ms(t0), ok=False)
@@ -91,7 +131,7 @@ class ScoreRouter:
 
     score = sigmoid(w_coverage * coverage + w_dense * top cosine + w_margin * (top - second
     cosine) + bias), where coverage is the share of the query's content words found in the
-    evidence. Untrained: the weights are set by hand (coverage dominates: with every query
+    context. Untrained: the weights are set by hand (coverage dominates: with every query
     word found, a top cosine above 0.25 reaches 0.5). It costs no model call, which makes it the
     floor any learned router has to beat.
     """
@@ -103,9 +143,11 @@ class ScoreRouter:
         self.input_budget = input_budget
         self.w = (w_coverage, w_dense, w_margin, bias)
 
-    def features(self, query: str, evidence: Evidence) -> dict[str, float]:
+    def features(self, query: str, evidence: Evidence, text: str | None = None) -> dict[str, float]:
+        """Coverage of the query's words by ``text`` (default: the evidence's), and the top
+        hits' cosine and margin."""
         terms = query_terms(query)
-        present = set(words(evidence.text))
+        present = set(words(evidence.text if text is None else text))
         coverage = sum(t in present for t in terms) / len(terms) if terms else 0.0
         dense = sorted((h.dense_score for h in evidence.hits if h.dense_score is not None),
                        reverse=True)
@@ -113,10 +155,10 @@ class ScoreRouter:
         margin = (dense[0] - dense[1]) if len(dense) > 1 else 0.0
         return {"coverage": coverage, "top_dense": top, "dense_margin": margin}
 
-    def score(self, query: str, evidence: Evidence, *, ledger: Ledger | None = None,
+    def score(self, inp: RouterInput, *, ledger: Ledger | None = None,
               deadline: float | None = None) -> RouterDecision:
         t0 = time.perf_counter()
-        f = self.features(query, evidence)
+        f = self.features(inp.query, inp.evidence, inp.text)
         wc, wd, wm, b = self.w
         z = wc * f["coverage"] + wd * f["top_dense"] + wm * f["dense_margin"] + b
         s = 1.0 / (1.0 + math.exp(-z))

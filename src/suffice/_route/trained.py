@@ -1,0 +1,107 @@
+"""The trained sufficiency router at run time: one ONNX pass over the context's feature set.
+
+``suffice train router`` writes a folder with ``model.onnx`` and ``card.json``; the card holds the
+threshold tau calibrated on validation conversations, the feature version the network was fit
+to, and the encoder whose vectors it read. :class:`TrainedRouter` loads it with onnxruntime
+(no torch), builds the features with :func:`suffice._route.features.extract` (the function the
+training data came from) and returns the network's score.
+
+:func:`default_router` is what ``Memory`` uses in auto mode when the caller names no router: the
+router in ``$SUFFICE_ROUTER`` or the one installed with the package, when it was trained on
+vectors of the memory's encoder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._embed.card import open_model
+from .._errors import ModelFileError
+from .._llm.base import Ledger
+from .features import ELEMENT_FEATURES, FEATURES_VERSION, GLOBAL_FEATURES, extract
+from .sufficiency import RouterDecision, RouterInput
+
+ROUTER_ENV = "SUFFICE_ROUTER"
+"""Names a router folder to use by default instead of the one shipped with the package."""
+
+
+class TrainedRouter:
+    """A router trained with evidence-level labels and rationale distillation (Router-Mem)."""
+
+    def __init__(self, folder: str | Path, *, threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        model, name = open_model(folder, "router")
+        card: dict[str, Any] = json.loads((Path(folder) / "card.json").read_text(encoding="utf-8"))
+        if card.get("features_version") != FEATURES_VERSION or \
+                tuple(card.get("element_features", ())) != ELEMENT_FEATURES or \
+                tuple(card.get("global_features", ())) != GLOBAL_FEATURES:
+            raise ModelFileError(
+                f"{folder}: the router was trained on features of version {card.get('features_version')}, "
+                f"this suffice makes version {FEATURES_VERSION}; train it again with `suffice train router`")
+        self.name = "trained"
+        self.model = name
+        self.card = card
+        self.tau = float(card.get("tau", 0.5))
+        """The threshold calibrated on validation conversations (the engine's default tau)."""
+        self.encoder = str(card.get("encoder", ""))
+        self.dim = int(card.get("dim", 384))
+        self.input_budget = int(card.get("input_budget", 100_000))
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        self._sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        self._lock = threading.Lock()
+
+    def score(self, inp: RouterInput, *, ledger: Ledger | None = None,
+              deadline: float | None = None) -> RouterDecision:
+        t0 = time.perf_counter()
+        if inp.ranking is None:
+            return RouterDecision(0.0, "the trained router needs the query's ranking; going deep",
+                                  _ms(t0), ok=False)
+        f = extract(inp.query, inp.ranking, inp.parts, inp.items, [h.seq for h in inp.evidence.hits],
+                    inp.tokens, dim=self.dim)
+        if f.query.shape[0] != self.dim:
+            return RouterDecision(0.0, f"the router reads {self.dim}-d vectors, the store has "
+                                  f"{f.query.shape[0]}-d; going deep", _ms(t0), ok=False)
+        n = len(f.seqs)
+        feed = {"query": f.query[None, :],
+                "vectors": f.vectors[None, :, :] if n else np.zeros((1, 1, self.dim), np.float32),
+                "elements": (f.elements[None, :, :] if n
+                             else np.zeros((1, 1, len(ELEMENT_FEATURES)), np.float32)),
+                "context": f.context[None, :],
+                "mask": np.ones((1, n), np.float32) if n else np.zeros((1, 1), np.float32)}
+        with self._lock:
+            p = float(np.asarray(self._sess.run(None, feed)[0]).reshape(-1)[0])
+        return RouterDecision(p, f"trained router {self.model}: {p:.3f} over {n} item(s)", _ms(t0))
+
+
+def shipped_router_dir() -> Path | None:
+    """The router folder installed with the package, if any."""
+    folder = Path(str(resources.files("suffice").joinpath("data/router")))
+    return folder if (folder / "card.json").is_file() else None
+
+
+def default_router(encoder: str) -> TrainedRouter | None:
+    """The trained router auto mode uses by default: ``$SUFFICE_ROUTER``'s, else the shipped
+    one; None when there is none, or when it read another encoder's vectors than ``encoder``."""
+    env = os.environ.get(ROUTER_ENV)
+    folder = Path(env) if env else shipped_router_dir()
+    if folder is None:
+        return None
+    router = TrainedRouter(folder)
+    if encoder and router.encoder and router.encoder != encoder:
+        return None
+    return router
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1e3
