@@ -125,7 +125,9 @@ def test_verify_runs_auto_for_real_and_matches_the_composed_records(tmp_path, me
 
 
 def test_verify_expects_the_fast_path_where_a_recorded_deep_run_fell_back_to_it(tmp_path, memory):
-    """Agents that find nothing send deep to the fast path; verify compares with that path."""
+    """Agents that find nothing, with no wider evidence to read instead, send deep to the fast
+    path; verify compares with that path."""
+    from suffice import EngineConfig
     from suffice._bench.progressive import run, verify
     from suffice._bench.qa import QAItem
     from suffice._datasets.locomo import LocomoQuestion
@@ -136,6 +138,7 @@ def test_verify_expects_the_fast_path_where_a_recorded_deep_run_fell_back_to_it(
             return "NONE"
         return "<answer>Figo</answer>"
     llm = ScriptedLLM(respond, probs={"yes": 0.5, "no": 0.5})
+    memory.engine_config = EngineConfig(deep_agents=True, deep_scale=1.0)
     items = [QAItem("dana#0", "dana", 0, LocomoQuestion("What is the name of Dana's cat?", "Figo", 4, ()))]
     out = tmp_path / "p.jsonl"
     run(memory, llm, items, out, budget=600, gold_seqs=lambda item: set())

@@ -550,6 +550,14 @@ def bench_progressive(
     verify: Annotated[int, typer.Option(
         help="Also run auto for real on N recorded questions and check it matches the table.")] = 0,
     verify_tau: Annotated[float, typer.Option(help="Threshold for --verify (signals router).")] = 0.7,
+    deep_model: Annotated[str | None, typer.Option(help=(
+        "Model that writes the deep path's answers (a shipped name or GGUF path for local; the "
+        "server's model name for http); default: the reader."))] = None,
+    router_dirs: Annotated[list[Path] | None, typer.Option("--router", help=(
+        "A trained router folder to compare too (repeatable); recorded answers are reused, so "
+        "adding one costs no model call."))] = None,
+    cache: Annotated[Path | None, typer.Option(help=(
+        "Cache model calls here (replayed calls keep their recorded cost and time)."))] = None,
 ) -> None:
     """Fast, deep and auto(tau): F1, early-termination rate, T_mem, T_e2e, tokens, cost, router AUC."""
     with errors():
@@ -565,9 +573,21 @@ def bench_progressive(
         convs, items, mem = locomo_run(data, limit, store)
         gold = qa.gold_finder(mem, {i.scope for i in items})
         llm = make_reader(provider, model, base_url)
+        deep_llm = make_reader(provider, deep_model, base_url) if deep_model else None
+        if cache is not None:
+            from ._llm.cache import CachedLLM
+            llm = CachedLLM(llm, cache)
+            deep_llm = CachedLLM(deep_llm, cache) if deep_llm is not None else None
+        from ._route.trained import TrainedRouter
+        trained = [TrainedRouter(d) for d in router_dirs or []]
+        for r in trained:
+            r.name = f"trained:{r.model}"
         with progress_bar("questions", len(items)) as advance:
-            progressive.run(mem, llm, items, out_path, budget=budget, gold_seqs=gold,
-                            judge_llm=llm if use_judge else None, progress=advance)
+            counts = progressive.run(mem, llm, items, out_path, budget=budget, gold_seqs=gold,
+                                     judge_llm=llm if use_judge else None, deep_llm=deep_llm,
+                                     extra_routers=trained, progress=advance)
+        say(f"path results: {counts['ran']} run, {counts['reused']} reused; "
+            f"{counts['routers_scored']} router scores added")
         summary = progressive.summarize(out_path, tau_list, {i.key for i in items})
         if verify > 0:
             summary["verify"] = progressive.verify(mem, llm, items, out_path, n=verify,
@@ -583,7 +603,10 @@ def bench_progressive(
         if json_out is not None:
             write_json(json_out, envelope("progressive", dataset, str(data or default_path()),
                                           {"budget": budget, "limit": limit, "taus": tau_list,
-                                           "reader": llm.model, "store": mem.store_config.model_dump(),
+                                           "reader": llm.model,
+                                           "deep_model": (deep_llm or llm).model,
+                                           "routers": [r.card for r in trained],
+                                           "store": mem.store_config.model_dump(),
                                            "retrieval": mem.retrieval.model_dump(),
                                            "render": mem.render_config.model_dump(),
                                            "engine": mem.engine_config.model_dump()},
@@ -597,9 +620,13 @@ def ask(
     scope: ScopeOpt = None, user: UserOpt = None, agent: AgentOpt = None, run: RunOpt = None,
     mode: Annotated[str, typer.Option(help="fast, deep or auto.")] = "fast",
     tau: Annotated[float | None, typer.Option(help="Router threshold for --mode auto.")] = None,
-    router: Annotated[str, typer.Option(
-        help="signals (retrieval signals, no model call) or lm (zero-shot), for --mode auto.")
-    ] = "signals",
+    router: Annotated[str, typer.Option(help=(
+        "For --mode auto: default (the trained router when one is installed or named by "
+        "$SUFFICE_ROUTER, else signals), signals (retrieval signals, no model call), lm "
+        "(zero-shot), or the folder of a router from `suffice train router`."))] = "default",
+    deep_model: Annotated[str | None, typer.Option(help=(
+        "Model for the deep path's answer (capacity escalation), e.g. qwen2.5-1.5b with the "
+        "[judge] extra; default: the fast path's model."))] = None,
     budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
     timeout: Annotated[float | None, typer.Option(
         help="Seconds for the whole query, every model call included; then it answers from what it has.")
@@ -616,15 +643,18 @@ def ask(
     with errors():
         if mode not in ("fast", "deep", "auto"):
             fail(f"unknown mode {mode!r}; use fast, deep or auto")
-        if router not in ("signals", "lm"):
-            fail(f"unknown router {router!r}; use signals or lm")
+        if router not in ("default", "signals", "lm") and not Path(router).is_dir():
+            fail(f"unknown router {router!r}; use default, signals, lm or a router folder")
         mem = open_memory(db, create=False)
         llm = make_reader(provider, model, base_url)
+        deep_llm = make_reader(provider, deep_model, base_url) if deep_model else None
         rt: Any = None
-        if mode == "auto":
-            from ._route.sufficiency import LMRouter, ScoreRouter
-            rt = LMRouter(llm) if router == "lm" else ScoreRouter()
-        ans = mem.ask(question, **where(scope, user, agent, run), llm=llm, mode=mode, router=rt,
+        if mode == "auto" and router != "default":
+            from ._route import LMRouter, ScoreRouter, TrainedRouter
+            rt = (LMRouter(llm) if router == "lm" else ScoreRouter() if router == "signals"
+                  else TrainedRouter(router))
+        ans = mem.ask(question, **where(scope, user, agent, run), llm=llm, deep_llm=deep_llm,
+                      mode=mode, router=rt,
                       tau=tau, budget=budget, timeout=timeout,
                       **filters(session, speaker, kind, since, until, meta))
         r = ans.receipt
@@ -859,6 +889,98 @@ def train_reranker_cmd(
             "minilm-rerank", "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0) with a new score head",
             datasets, groups, exclude, data, len(pairs), hard, report, config))
         say(f"trained on {len(pairs)} questions in {report.seconds:.0f} s; wrote {out_dir}")
+
+
+@train_app.command("router")
+def train_router_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write model.onnx and card.json to.")],
+    dataset: DatasetsOpt = None,
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    exclude: ExcludeOpt = None,
+    folds: Annotated[int, typer.Option(min=0, max=50, help=(
+        "Also cross-validate by conversation with this many folds (0: no) and put the "
+        "figures in the card."))] = 0,
+    beta: Annotated[float, typer.Option(min=0.0, max=10.0, help=(
+        "Weight of the rationale distillation term (0: the ablation without it)."))] = 0.5,
+    epochs: Annotated[int, typer.Option(min=1, max=500)] = 24,
+    precision: Annotated[float, typer.Option(min=0.0, max=1.0, help=(
+        "tau: the smallest threshold whose early stops hold all gold evidence this often on "
+        "the validation conversations."))] = 0.9,
+    budget: Annotated[int, typer.Option(help="The reader's context budget the router judges.")] = 1000,
+    work: Annotated[Path | None, typer.Option(help=(
+        "Folder for the dataset stores (kept and reused by later runs; default: a temporary one)."))] = None,
+    verify_model: Annotated[str | None, typer.Option(help=(
+        "Drop intervened negatives this local model still answers correctly (slow: one call each)."))] = None,
+    rationale_model: Annotated[str | None, typer.Option(help=(
+        "Have this local model write the rationales (one call per example) instead of building "
+        "them from the annotations."))] = None,
+    threads: Annotated[int, typer.Option(min=1, max=64, help=(
+        "torch threads (1 when the machine is busy: 2 contending threads are far slower)."))] = 2,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the training report here.")] = None,
+) -> None:
+    """Train the sufficiency router on evidence-annotated datasets and export it (ONNX + card).
+
+    Natural contexts (the engine's own renders and hits) and interventions on the ranking
+    (gold taken out, in part or whole; gold moved to the top) are labelled by whether every
+    piece of gold evidence is shown. Use the result with `Memory(router=TrainedRouter(DIR))`,
+    `suffice ask --mode auto --router DIR`, or by default through $SUFFICE_ROUTER=DIR."""
+    with errors():
+        import tempfile
+
+        from ._train import router as rt
+        from ._train import sufficiency_data as sd
+        datasets = dataset or ["locomo"]
+        cfg = rt.RouterTrainConfig(epochs=epochs, beta=beta, precision=precision, eval_budget=budget,
+                                   threads=threads)
+        dcfg = sd.DataConfig(fast_budget=budget, budgets=tuple(sorted({budget // 2, budget, 2 * budget})))
+        t0 = time.perf_counter()
+        with fold_progress() as report, tempfile.TemporaryDirectory() as tmp:
+            encoder = configured_embedder()
+            from ._bench import retrieval
+            sets = [retrieval.load_set(name, data) for name in datasets]
+            examples = sd.from_datasets(sets, exclude or [], work or Path(tmp), dcfg, report, encoder)
+            if verify_model or rationale_model:
+                from ._llm import make_llm
+            if verify_model:
+                from ._bench.metrics import token_f1
+                examples, dropped = sd.verify(examples, make_llm("local", model_path=verify_model), token_f1,
+                                              progress=lambda n: None)
+                say(f"verification dropped {dropped} negative(s) the model still answered")
+            if rationale_model:
+                examples = sd.llm_rationales(examples, make_llm("local", model_path=rationale_model))
+            built_s = time.perf_counter() - t0
+            summary = sd.summary(examples)
+            cv = rt.cross_validate(examples, folds, cfg, progress=report) if folds else None
+            train_groups, val_groups = rt.split_groups([e.group for e in examples])
+            tr = [e for e in examples if e.group in set(train_groups)]
+            va = [e for e in examples if e.group in set(val_groups)]
+            net, rep = rt.train(tr, va, cfg, report)
+        card = {"encoder": getattr(encoder, "name", "") or _default_encoder_name(),
+                "datasets": datasets, "excluded": sorted(exclude or []), "trained_on": train_groups,
+                "validation": val_groups, "budget": budget, "data": summary,
+                "train_config": {f: getattr(cfg, f) for f in cfg.__dataclass_fields__},
+                "report": rep.summary(), "history": rep.history, "cross_validation": cv,
+                "tau": rep.tau, "build_s": round(built_s, 1), "total_s": round(time.perf_counter() - t0, 1),
+                "rationales": rationale_model or "from the annotations",
+                "licence": "weights derived from: " + "; ".join(LICENCES[d] for d in datasets)
+                           + ". Share and use them only as all of these allow."}
+        rt.export_router(net, out_dir, card)
+        say(f"trained on {len(tr)} contexts of {len(train_groups)} histories in {rep.seconds:.0f} s "
+            f"(data {built_s:.0f} s); validation AUC "
+            f"{rep.val_auc if rep.val_auc is not None else float('nan'):.3f}, "
+            f"tau {rep.tau:.3f}; wrote {out_dir}")
+        if cv is not None:
+            say(f"cross-validated ({folds} folds by history): mean AUC {cv['mean_auc']:.3f}, "
+                f"pooled {cv['pooled_auc']:.3f}")
+        if json_out is not None:
+            from ._bench.report import envelope, write_json
+            write_json(json_out, envelope("train_router", "+".join(datasets), str(data or "shared copies"),
+                                          card["train_config"], card))
+
+
+def _default_encoder_name() -> str:
+    from ._embed.minilm import MiniLMEmbedder
+    return MiniLMEmbedder().name
 
 
 def main() -> None:

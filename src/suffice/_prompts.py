@@ -174,6 +174,23 @@ def sufficiency_messages(question: str, evidence: str) -> list[Message]:
     return [_msg("system", system), _msg("user", user)]
 
 
+def rationale_messages(question: str, context: str, annotation: str, sufficient: bool) -> list[Message]:
+    """Training only: ask a model to explain, in its own words, why ``context`` does or does
+    not hold what ``question`` needs. It is told the verdict and the annotated evidence, so it
+    explains rather than judges; the router's teacher reads the explanation."""
+    system = (
+        "You explain whether a memory context is enough to answer a question. You are told the "
+        "verdict and which evidence the question needs; write two short sentences: what the "
+        "context shows that matters, and what decisive information is missing, if anything."
+    )
+    verdict = "enough" if sufficient else "not enough"
+    user = (
+        f"Context:\n{context.strip()}\n\nQuestion: {question}\n\nAnnotated evidence: {annotation}\n"
+        f"Verdict: the context is {verdict}.\n\nExplanation:"
+    )
+    return [_msg("system", system), _msg("user", user)]
+
+
 BLOCK_NONE = "NONE"
 """What a memory agent writes when its block holds nothing relevant."""
 
@@ -287,6 +304,7 @@ __all__ = [
     "find_date",
     "judge_messages",
     "no_memory_messages",
+    "rationale_messages",
     "reask_message",
     "sufficiency_messages",
 ]

@@ -23,6 +23,7 @@ from .._datasets.locomo import LocomoConversation, LocomoQuestion
 from .._engine import Answer, Receipt
 from .._errors import ConfigError, ProviderError
 from .._llm.base import LLM, Ledger
+from .._llm.cache import replayed_ms
 from .._llm.parse import extract_answer
 from .._prompts import answer_messages, choose_style, no_memory_messages
 from .._tokens import count_tokens
@@ -123,6 +124,10 @@ def receipt_summary(r: Receipt) -> dict[str, Any]:
         "t_e2e_ms": r.t_e2e_ms, "router_score": r.router_score, "tau": r.tau,
         "router_reason": r.router_reason, "degraded": r.degraded, "notes": list(r.notes),
         "blocks": [b.block for b in r.blocks], "hits": [h.seq for h in r.hits],
+        "levers": [{"name": lv.name, "detail": lv.detail, "ms": lv.latency_ms, "tokens": lv.tokens,
+                    "cost_usd": lv.cost_usd} for lv in r.levers],
+        "models": sorted({c.model for c in r.calls}),
+        "replayed_ms": replayed_ms(r.calls),
     }
 
 

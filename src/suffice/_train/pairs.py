@@ -52,6 +52,8 @@ class Question:
     category: int | str = 0
     index: int = 0
     """The question's position in its history's list (to join results across runs)."""
+    answer: str = ""
+    """The reference answer, where the dataset gives one."""
 
     @property
     def seqs(self) -> tuple[int, ...]:
@@ -69,7 +71,7 @@ def locomo_questions(mem: Memory, convs: Sequence[LocomoConversation],
             gold = sorted({by_dia[d] for d in q.evidence if d in by_dia})
             if q.category in cats and gold:
                 out.append(Question(conv.scope, conv.scope, q.question, tuple((s,) for s in gold),
-                                    q.category, qi))
+                                    q.category, qi, q.answer))
     return out
 
 
@@ -82,7 +84,7 @@ def beam_questions(mem: Memory, convs: Sequence[BeamConversation]) -> list[Quest
             gold = sorted({by_id[c] for c in q.evidence if c in by_id})
             if gold:
                 out.append(Question(conv.scope, conv.scope, q.question, tuple((s,) for s in gold),
-                                    q.ability, qi))
+                                    q.ability, qi, q.answer))
     return out
 
 
@@ -96,7 +98,7 @@ def ama_questions(mem: Memory, episodes: Sequence[AmaEpisode]) -> list[Question]
         for qi, q in enumerate(ep.questions):
             gold = tuple(tuple(by_step[s]) for s in sorted(q.steps) if s in by_step)
             if gold:
-                out.append(Question(ep.scope, ep.scope, q.question, gold, q.type, qi))
+                out.append(Question(ep.scope, ep.scope, q.question, gold, q.type, qi, q.answer))
     return out
 
 
@@ -111,7 +113,7 @@ def hotpot_questions(mem: Memory, entries: Sequence[dict[str, Any]],
         gold = sorted({key[(t, int(i))] for t, i in entry["supporting_facts"] if (t, int(i)) in key})
         if gold:
             out.append(Question(scope, scope, entry["question"], tuple((s,) for s in gold),
-                                str(entry.get("type", "")), n))
+                                str(entry.get("type", "")), n, str(entry.get("answer", ""))))
     return out
 
 

@@ -1,0 +1,265 @@
+"""The trained sufficiency router: its examples are labelled by looking, its features are the
+engine's, it exports to ONNX that scores like the network, and the engine uses it."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from suffice import EngineConfig, Memory
+from suffice._engine import Engine
+from suffice._llm import ScriptedLLM
+from suffice._route import RouterInput, TrainedRouter, default_router
+from suffice._route.features import ELEMENT_FEATURES, GLOBAL_FEATURES, extract, stem
+from suffice._train.pairs import Question
+from suffice._train.sufficiency_data import (
+    DataConfig,
+    build,
+    present_pieces,
+    promoted,
+    rationale,
+    summary,
+    verify,
+    without,
+)
+
+QUESTIONS = [
+    ("What is the name of Dana's cat?", "cat"),
+    ("When is the Kyoto trip?", "Kyoto"),
+    ("What can't Dana eat?", "eat"),
+    ("Which shelter did the cat come from?", "shelter"),
+]
+
+
+def _questions(mem: Memory) -> list[Question]:
+    """One question per phrase, its gold evidence the items whose text holds the word."""
+    items = mem.items(scope="dana", limit=None)
+    out = []
+    for i, (q, word) in enumerate(QUESTIONS):
+        gold = [it.seq for it in items if word.lower() in it.text.lower()][:2]
+        out.append(Question("dana", "dana", q, tuple((s,) for s in gold), 4, i, "x"))
+    return out
+
+
+@pytest.fixture
+def examples(memory):
+    return build(memory, _questions(memory), "demo", DataConfig(budgets=(200, 400), fast_budget=400))
+
+
+def test_every_label_is_what_the_context_shows(memory, examples):
+    items = {it.seq: it for it in memory.items(scope="dana", limit=None)}
+    for e in examples:
+        shown = [items[s].text in e.text for s in e.gold]
+        if e.n_gold == len(e.gold):  # one item per piece here
+            assert e.label == all(shown)
+        assert e.n_present <= e.n_gold
+
+
+def test_dropping_the_gold_makes_every_context_insufficient(examples):
+    dropped = [e for e in examples if e.kind in ("drop_all", "drop_part")]
+    assert dropped and not any(e.label for e in dropped)
+    assert all("lacks" in e.rationale for e in dropped)
+
+
+def test_verification_drops_only_negatives_the_model_still_answers(examples):
+    from suffice._bench.metrics import token_f1
+
+    knows = ScriptedLLM(lambda messages: "<answer>x</answer>")  # every reference answer is "x"
+    kept, dropped = verify(examples, knows, token_f1)
+    negatives = [e for e in examples if not e.label and e.kind in ("drop_all", "drop_part")]
+    assert negatives and dropped == len(negatives) and len(kept) == len(examples) - dropped
+    assert all(e.label or e.kind not in ("drop_all", "drop_part") for e in kept)
+    kept, dropped = verify(examples, ScriptedLLM(lambda messages: "<answer>no idea</answer>"), token_f1)
+    assert dropped == 0 and len(kept) == len(examples)
+
+
+def test_an_exclusion_that_names_no_history_is_refused(tmp_path):
+    from types import SimpleNamespace
+
+    from suffice import InvalidInputError
+    from suffice._train.sufficiency_data import from_datasets
+
+    one = SimpleNamespace(name="demo", histories=[("dana", [])], questions=lambda mem: [])
+    with pytest.raises(InvalidInputError, match="conv-99"):
+        from_datasets([one], ["conv-99"], tmp_path)  # a typo must not train on the acceptance set
+    assert not list(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_promoting_the_gold_puts_it_in_the_context(examples):
+    up = [e for e in examples if e.kind == "promote"]
+    assert up and all(e.label for e in up)
+    assert all("shows" in e.rationale and "Enough" in e.rationale for e in up)
+
+
+def test_natural_contexts_come_at_every_budget_and_from_the_prefix(examples):
+    s = summary(examples)
+    assert s["by_kind"]["natural"]["n"] == 2 * len(QUESTIONS)
+    assert s["by_kind"]["prefix"]["n"] == len(QUESTIONS)
+    assert {e.budget for e in examples if e.kind == "natural"} == {200, 400}
+
+
+def test_an_intervention_changes_the_ranking_only_where_asked(memory):
+    rk = memory.retriever.rank("dana", "cat name", memory.retrieval, depth=50, piece_depth=300)
+    drop = set(rk.seqs[:2])
+    out = without(rk, drop)
+    assert not drop & set(out.seqs) and out.seqs == tuple(q for q in rk.seqs if q not in drop)
+    assert all(p[0] not in drop for p in out.pieces) and all(d[0] not in drop for d in out.dense)
+    lift = [rk.seqs[-1]]
+    up = promoted(rk, lift, dict(rk.dense), random.Random(0), top=3)
+    assert up.seqs.index(lift[0]) < 4 and sorted(up.seqs) == sorted(rk.seqs)
+
+
+def test_a_rationale_quotes_what_is_missing(memory):
+    items = {it.seq: it for it in memory.items(scope="dana", limit=None)}
+    q = Question("dana", "dana", "cat?", ((0,), (1,)), 4)
+    text = rationale(q, [True, False], items)
+    assert items[1].text.split()[0] in text and "lacks" in text and "Not enough" in text
+
+
+def test_present_pieces_accepts_any_item_of_a_piece(memory):
+    ctx = memory.render("cat", 400, scope="dana")
+    shown = sorted({s for p in ctx.parts for s in p.seqs})
+    items = {it.seq: it for it in memory.items(scope="dana", limit=None)}
+    q = Question("dana", "dana", "cat", ((10_000, shown[0]),), 4)
+    assert present_pieces(q, ctx.text, ctx.parts, items, 128) == [True]
+
+
+def test_the_stem_folds_plurals_and_verb_endings():
+    assert stem("paintings") == stem("painting") == stem("painted") == "paint"
+    assert stem("stories") == "story" and stem("is") == "is"
+
+
+def test_training_features_are_the_engines(memory):
+    """The natural context at the reader's budget in training is, feature for feature, what
+    the engine hands the router in auto mode."""
+    q = _questions(memory)[0]
+    ex = build(memory, [q], "demo", DataConfig(budgets=(1000,), fast_budget=1000, interventions=False))
+    nat = next(e for e in ex if e.kind == "natural")
+    eng = Engine(memory.store, memory.retriever, memory.renderer, ScriptedLLM("x"))
+    inp = eng.route_input(q.query, scope="dana", config=memory.engine_config.replace(reader_budget=1000),
+                          retrieval=memory.retrieval, render=memory.render_config)
+    f = extract(inp.query, inp.ranking, inp.parts, inp.items, [h.seq for h in inp.evidence.hits], inp.tokens)
+    assert inp.text == nat.text and f.seqs == nat.features.seqs
+    np.testing.assert_allclose(f.elements, nat.features.elements, atol=1e-6)
+    np.testing.assert_allclose(f.context, nat.features.context, atol=1e-6)
+    np.testing.assert_allclose(f.vectors, nat.features.vectors, atol=1e-6)
+    assert f.elements.shape[1] == len(ELEMENT_FEATURES) and f.context.shape[0] == len(GLOBAL_FEATURES)
+
+
+# -- training and export ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, embedder):
+    pytest.importorskip("torch")
+    from conftest import history_items
+
+    from suffice._train.router import RouterTrainConfig, export_router, train
+
+    tmp = tmp_path_factory.mktemp("router")
+    mem = Memory(tmp / "mem.db", embedder=embedder)
+    mem.add(history_items(), scope="dana")
+    ex = build(mem, _questions(mem), "demo", DataConfig(budgets=(200, 400, 1000), fast_budget=1000))
+    cfg = RouterTrainConfig(epochs=3, beta=0.5, eval_budget=1000, teacher_tokens=64)
+    net, report = train(ex, ex, cfg)
+    out = export_router(net, tmp / "router", {"encoder": embedder.name, "tau": report.tau})
+    yield mem, ex, net, report, out
+    mem.close()
+
+
+def test_training_reports_its_checkpoint_and_threshold(trained):
+    _mem, _ex, _net, report, _out = trained
+    assert 0 <= report.best_epoch < 3 and len(report.history) == 3
+    assert 0.0 <= report.tau <= 1.0 and report.s0 > 0
+    assert report.teacher_seconds > 0  # the teacher read the rationales
+
+
+def test_the_onnx_router_scores_like_the_network(trained):
+    from suffice._train.router import predict
+
+    mem, ex, net, _report, out = trained
+    router = TrainedRouter(out)
+    eng = Engine(mem.store, mem.retriever, mem.renderer, ScriptedLLM("x"), router=router)
+    q = _questions(mem)[1]
+    inp = eng.route_input(q.query, scope="dana", config=mem.engine_config, retrieval=mem.retrieval,
+                          render=mem.render_config)
+    nat = next(e for e in build(mem, [q], "demo", DataConfig(budgets=(1000,), interventions=False))
+               if e.kind == "natural")
+    d = router.score(inp)
+    assert d.ok and 0.0 <= d.score <= 1.0
+    # The int8-stored weights cost a little precision, never a decision's worth.
+    assert d.score == pytest.approx(float(predict(net, [nat])[0]), abs=0.02)
+
+
+def test_the_card_carries_tau_features_and_encoder(trained):
+    _mem, _ex, _net, report, out = trained
+    card = json.loads((out / "card.json").read_text())
+    assert card["kind"] == "router" and card["tau"] == report.tau
+    assert card["element_features"] == list(ELEMENT_FEATURES) and card["encoder"]
+    router = TrainedRouter(out)
+    assert router.tau == report.tau and router.name == "trained"
+
+
+def test_a_router_fit_to_other_features_is_refused(trained, tmp_path):
+    from suffice import ModelFileError
+
+    _mem, _ex, _net, _report, out = trained
+    bad = tmp_path / "old"
+    bad.mkdir()
+    (bad / "model.onnx").write_bytes((out / "model.onnx").read_bytes())
+    card = json.loads((out / "card.json").read_text())
+    card["features_version"] = 0
+    (bad / "card.json").write_text(json.dumps(card))
+    with pytest.raises(ModelFileError, match="train it again"):
+        TrainedRouter(bad)
+
+
+def test_auto_mode_uses_the_router_from_the_environment_and_its_tau(trained, monkeypatch):
+    mem, _ex, _net, report, out = trained
+    monkeypatch.setenv("SUFFICE_ROUTER", str(out))
+    fresh = Memory(mem.path, embedder=mem.embedder)
+    try:
+        assert isinstance(fresh.router, TrainedRouter)
+        llm = ScriptedLLM("<answer>Figo</answer>")
+        r = fresh.ask("What is the name of Dana's cat?", scope="dana", llm=llm, mode="auto").receipt
+        assert r.router == "trained" and r.tau == report.tau and r.router_score is not None
+        assert r.path == ("fast" if r.router_score >= report.tau else "deep")
+        # A caller's tau wins over the router's own.
+        r2 = fresh.ask("What is the name of Dana's cat?", scope="dana", llm=llm, mode="auto", tau=0.0).receipt
+        assert r2.tau == 0.0 and r2.path == "fast"
+        r3 = fresh.ask("What is the name of Dana's cat?", scope="dana", llm=llm, mode="auto",
+                       engine=EngineConfig(tau=1.0)).receipt
+        assert r3.tau == 1.0
+    finally:
+        fresh.close()
+
+
+def test_a_router_trained_on_another_encoder_is_not_the_default(trained, monkeypatch):
+    _mem, _ex, _net, _report, out = trained
+    monkeypatch.setenv("SUFFICE_ROUTER", str(out))
+    assert default_router("some-other-encoder") is None
+    assert isinstance(default_router(""), TrainedRouter)
+
+
+def test_without_a_ranking_the_trained_router_sends_the_query_deep(trained, memory):
+    _mem, _ex, _net, _report, out = trained
+    ev = memory.search("cat", scope="dana")
+    d = TrainedRouter(out).score(RouterInput.of_evidence("cat", ev))
+    assert not d.ok and "ranking" in d.reason
+
+
+def test_cross_validation_holds_out_whole_groups(trained):
+    from suffice._train.router import RouterTrainConfig, cross_validate, split_groups
+
+    _mem, ex, _net, _report, _out = trained
+    renamed = [e.__class__(**{**{f: getattr(e, f) for f in e.__dataclass_fields__},
+                              "group": f"g{i % 3}"}) for i, e in enumerate(ex)]
+    cv = cross_validate(renamed, 3, RouterTrainConfig(epochs=1, beta=0.0))
+    assert len(cv["folds"]) == 3
+    for f in cv["folds"]:
+        assert not set(f["held_out"]) & set(f["validation"])
+    train_g, val_g = split_groups(["a", "b", "c", "d", "e", "f", "g"])
+    assert val_g and not set(train_g) & set(val_g) and sorted(train_g + val_g) == list("abcdefg")
