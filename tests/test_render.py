@@ -9,6 +9,7 @@ import pytest
 from conftest import history_items
 
 from suffice import BudgetError, ConfigError, EngineConfig, Memory, RenderConfig, RetrievalConfig, StoreConfig
+from suffice._route import ScoreRouter, router_tau
 from suffice._tokens import count_tokens
 from suffice._types import Context
 
@@ -228,7 +229,8 @@ def test_every_knob_is_a_setting_with_the_papers_defaults_for_chat_and_agents() 
     assert ((agent_store.unit_tokens, agent.timeline_share, agent.link_discount, agent.seeds)
             == (1000, 0.5, 0.9, 10))
     assert (agent.recent_share, agent.mode) == (0.25, "unit")
-    assert (engine.tau, engine.anchor_blocks, engine.max_blocks, engine.reader_budget) == (0.5, 2, 4, 1000)
+    assert (engine.tau, engine.anchor_blocks, engine.max_blocks, engine.reader_budget) == (None, 2, 4, 1000)
+    assert router_tau(ScoreRouter()) == 0.5  # tau None: the router's own threshold, else 0.5
     with pytest.raises(ConfigError, match="mode"):
         RenderConfig(mode="everything")  # type: ignore[arg-type]
 
