@@ -1,7 +1,9 @@
 """The main job: ingest a small multi-session history, then ask it questions.
 
 Run with ``make demo``. Everything is local: SQLite, the MiniLM embedder and (when the [local]
-extra is installed) a small llama.cpp model shipped on PyPI.
+extra is installed) a small llama.cpp model shipped on PyPI. Questions are asked in auto mode:
+for each, the router's score against its threshold shows whether the memory judged the fast
+context enough or went deep, and what that cost.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def main() -> int:
 
 
 def _answerer(mem: Memory):  # type: ignore[no-untyped-def]
-    """``Memory.ask`` with the local model when the [local] extra is installed, else None."""
+    """Auto-mode ``Memory.ask`` with the local model when the [local] extra is installed, else
+    None. The deep path uses the 1.5B model when the [judge] extra is installed too."""
     ask = getattr(mem, "ask", None)
     if ask is None:
         return None
@@ -61,13 +64,30 @@ def _answerer(mem: Memory):  # type: ignore[no-untyped-def]
     except Exception as exc:  # missing extra or model: say so and keep the retrieval demo
         print(f"(no local model: {exc}; showing retrieval only)\n")
         return None
+    try:
+        deep = make_llm("local", model_path="qwen2.5-1.5b")
+    except Exception:  # the [judge] extra is not installed: deep reads wider with the same model
+        deep = None
+    router = mem.router
+    model = getattr(router, "model", "")
+    print(f"auto mode: router {getattr(router, 'name', 'retrieval-signals')}"
+          + (f" ({model})" if model else "")
+          + f"; fast model {llm.model}, deep model {(deep or llm).model}\n")
 
     def run(q: str) -> None:
-        ans = ask(q, scope="dana", llm=llm)
+        ans = ask(q, scope="dana", llm=llm, deep_llm=deep, mode="auto")
         r = ans.receipt
+        verdict = "enough: answer now" if r.path == "fast" else "not enough: go deep"
+        print(f"   router {r.router}: score {r.router_score:.2f} vs tau {r.tau:.2f} -> {verdict}"
+              if r.router_score is not None else f"   router {r.router}: no score -> deep")
         print(f"A: {ans.text}")
         print(f"   [receipt: path {r.path}, {r.input_tokens}+{r.output_tokens} tokens, "
-              f"${r.cost_usd:.4f}, {r.t_e2e_ms:.0f} ms end to end, model {r.model}]")
+              f"{r.t_e2e_ms / 1e3:.1f} s end to end ({r.t_mem_ms:.0f} ms memory work), "
+              f"models {', '.join(sorted({c.model for c in r.calls})) or 'none'}]")
+        for lv in r.levers:
+            print(f"   [deep lever {lv.name}: {lv.detail}]")
+        for n in r.notes:
+            print(f"   [note: {n}]")
     return run
 
 
