@@ -12,8 +12,8 @@ ranking (BM25, dense and fused ranks and scores). The router's input is therefor
 * a few numbers about the whole context (:data:`GLOBAL_FEATURES`): the share of the query's
   words it holds, its size, the question's first word.
 
-Reading all of this costs a few hundred microseconds on top of the prefix, against about a
-second of transformer time to read 1,000 tokens of text on two cores. The arrays are built
+Building these arrays and one ONNX pass cost about 4 ms (p50) for a 1,000-token context,
+against about 160 ms for MiniLM to read the same text once (docs/benchmarks.md §7). The arrays are built
 here only; :mod:`suffice._train.sufficiency_data` and :class:`~suffice._route.trained.TrainedRouter`
 both call :func:`extract`, so training and inference cannot drift apart.
 """
@@ -200,7 +200,8 @@ def extract(query: str, ranking: Ranking, parts: Sequence[ContextPart], items: M
     names = {w for q in seqs for w in words(items[q].speaker)[:1]}
     topic = [t for t in terms if t not in names] or terms
     period = _period(query)
-    idf = _rarity(topic, items)
+    stems = {q: {stem(w) for w in words(it.text)} for q, it in items.items()}  # once per item
+    idf = _rarity(topic, stems)
     idf_total = sum(idf.values()) or 1.0
     idf_best = idf_named = idf_out = 0.0
     hits = set(top_hits)
@@ -216,7 +217,7 @@ def extract(query: str, ranking: Ranking, parts: Sequence[ContextPart], items: M
         seq = seqs[i]
         it = items[seq]
         toks = words(it.text)
-        have = {stem(w) for w in toks}
+        have = stems[seq]
         own = [t for t in terms if t in have]
         cov = len(own) / len(terms) if terms else 0.0
         new = [t for t in own if t not in covered]
@@ -272,7 +273,7 @@ def extract(query: str, ranking: Ranking, parts: Sequence[ContextPart], items: M
         if q in shown_set or q not in items:
             continue
         it = items[q]
-        have = {stem(w) for w in words(it.text)}
+        have = stems[q]
         tcov = sum(t in have for t in topic) / len(topic) if topic else 0.0
         out_topic = max(out_topic, tcov)
         idf_out = max(idf_out, sum(idf[t] for t in set(topic) if t in have) / idf_total)
@@ -330,14 +331,15 @@ def extract(query: str, ranking: Ranking, parts: Sequence[ContextPart], items: M
     return RouterFeatures(qvec, vectors, elements, context, tuple(seqs))
 
 
-def _rarity(topic: Sequence[str], items: Mapping[int, Item]) -> dict[str, float]:
-    """Smoothed inverse document frequency of each topic word among ``items``."""
+def _rarity(topic: Sequence[str], stems: Mapping[int, set[str]]) -> dict[str, float]:
+    """Smoothed inverse document frequency of each topic word among the items (``stems``:
+    each item's stemmed words)."""
     want = set(topic)
     df = dict.fromkeys(want, 0)
-    for it in items.values():
-        for t in {stem(w) for w in words(it.text)} & want:
+    for have in stems.values():
+        for t in have & want:
             df[t] += 1
-    n = len(items)
+    n = len(stems)
     return {t: math.log((n + 1) / (df[t] + 1)) + 1.0 for t in topic}
 
 

@@ -27,7 +27,7 @@ from .._embed.card import open_model
 from .._errors import ModelFileError
 from .._llm.base import Ledger
 from .features import ELEMENT_FEATURES, FEATURES_VERSION, GLOBAL_FEATURES, extract
-from .sufficiency import RouterDecision, RouterInput
+from .sufficiency import DEFAULT_TAU, RouterDecision, RouterInput, _ms
 
 ROUTER_ENV = "SUFFICE_ROUTER"
 """Names a router folder to use by default instead of the one shipped with the package."""
@@ -50,7 +50,7 @@ class TrainedRouter:
         self.name = "trained"
         self.model = name
         self.card = card
-        self.tau = float(card.get("tau", 0.5))
+        self.tau = float(card.get("tau", DEFAULT_TAU))
         """The threshold calibrated on validation conversations (the engine's default tau)."""
         self.encoder = str(card.get("encoder", ""))
         self.dim = int(card.get("dim", 384))
@@ -101,7 +101,3 @@ def default_router(encoder: str) -> TrainedRouter | None:
     if encoder and router.encoder and router.encoder != encoder:
         return None
     return router
-
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1e3
