@@ -222,8 +222,8 @@ class Memory:
         self._llm = llm
         self.deep_llm = deep_llm
         """The model that writes deep-path answers (capacity escalation); None: the memory's model."""
-        self._router_choice = router
-        self._router: SufficiencyRouter | None = None
+        self._router: SufficiencyRouter | Literal["default"] | None = router
+        """``"default"`` until the first use resolves it (see :attr:`router`)."""
         self._llm_lock = threading.Lock()
         self._own_llm = False
         """True once ``default_llm`` loaded a model this memory must close."""
@@ -571,12 +571,9 @@ class Memory:
         this memory's encoder (``suffice.data/router``, or the folder ``$SUFFICE_ROUTER``
         names), else None (the engine then uses the retrieval-signal router)."""
         with self._llm_lock:
-            if self._router_choice == "default":
+            if self._router == "default":
                 from ._route.trained import default_router
                 self._router = default_router(self.embedder.name if self.embedder else "")
-                self._router_choice = self._router
-            elif self._router is None and self._router_choice is not None:
-                self._router = self._router_choice
             return self._router
 
     def default_llm(self) -> LLM:
