@@ -405,8 +405,8 @@ def test_deep_notes_state_relative_dates_against_the_turns_date(memory):
     r = memory.ask(llm=llm, question="When did Dana adopt Figo?", scope="dana", mode="deep").receipt
     prompt = llm.calls[-1][-1]["content"]
     assert "last weekend = the weekend before 11 April 2025" in prompt
-    assert any("relative dates stated" in n for n in r.notes)
-    assert [lv.name for lv in r.levers if lv.name == "dates"] == ["dates"]
+    assert any("relative dates stated" in n for n in r.notes) and "dates" in r.stages_ms
+    assert [lv.latency_ms for lv in r.levers if lv.name == "dates"] == [r.stages_ms["dates"]]
     off = memory.ask(
         llm=reader(),
         question="When did Dana adopt Figo?",

@@ -422,16 +422,20 @@ class Engine:
             room = cap - (count_tokens(body) + 40 if body else 0)
             evidence_text: str = ""
             evidence_parts: tuple[ContextPart, ...] = ()
+            dates_ms = 0.0
             if room > 0 and render.prompt_cap > 0:
                 evidence_text, evidence_parts = self._evidence(question, room, ranking, ranked, s, render,
                                                                retrieval)
                 if s.resolve_dates:
+                    td = time.perf_counter()
                     evidence_text, more = dated_context(evidence_text, evidence_parts, ranked,
                                                         self.store, scope, room)
                     dated += more
+                    dates_ms = _ms(td)
+                    stages["dates"] = stages.get("dates", 0.0) + dates_ms
             parts += evidence_parts
             body = deep_context(body, evidence_text) if body else evidence_text
-            stages["evidence"] = _ms(t)
+            stages["evidence"] = _ms(t) - dates_ms  # the date step is its own stage
             if wider:
                 levers.append(LeverReceipt(
                     "evidence", f"{count_tokens(body)}-token context (deep budget {deep_budget}, "
