@@ -125,7 +125,7 @@ def test_new_items_are_plain_data() -> None:  # the loaders hand the store nothi
     assert isinstance(items_of({"context": [["T", ["a"]]]})[0], NewItem)
 
 
-def test_training_refuses_an_exclusion_that_names_no_history() -> None:
+def test_training_refuses_an_exclusion_that_names_no_history(locomo_path: Path) -> None:
     from typer.testing import CliRunner
 
     from suffice._cli import app
