@@ -47,7 +47,9 @@ from ._llm import (
     ScriptedLLM,
     make_llm,
 )
+from ._pipeline import ModuleReceipt, TieredPipeline, TierSettings
 from ._route.sufficiency import LMRouter, RouterDecision, RouterInput, ScoreRouter, SufficiencyRouter
+from ._route.tiers import FixedTiers, HeuristicTiers, TierPolicy, load_tier_policy
 from ._route.trained import TrainedRouter
 from ._store import SQLiteStore, Store
 from ._types import (
@@ -86,8 +88,10 @@ __all__ = [
     "EngineConfig",
     "Evidence",
     "Filter",
+    "FixedTiers",
     "ForgetReport",
     "HashEmbedder",
+    "HeuristicTiers",
     "Hit",
     "ImportFormatError",
     "InvalidInputError",
@@ -104,6 +108,7 @@ __all__ = [
     "MiniLMEmbedder",
     "MissingExtraError",
     "ModelFileError",
+    "ModuleReceipt",
     "NewItem",
     "NotFoundError",
     "OpenAIHTTP",
@@ -126,10 +131,14 @@ __all__ = [
     "StoreStats",
     "SufficeError",
     "SufficiencyRouter",
+    "TierPolicy",
+    "TierSettings",
+    "TieredPipeline",
     "TrainedRouter",
     "UnknownScopeError",
     "__version__",
     "load_encoder",
     "load_reranker",
+    "load_tier_policy",
     "make_llm",
 ]

@@ -39,10 +39,12 @@ from ._errors import (
 )
 from ._llm.base import LLM
 from ._messages import is_message, message_items
+from ._pipeline import TIERS, ModuleCache, Tier, TieredAgent, TieredPipeline, TierSettings, TierSource
 from ._records import RecordIndex, RecordWriter
 from ._render import Renderer
 from ._retrieve import Method, Retriever
 from ._route.sufficiency import SufficiencyRouter
+from ._route.tiers import default_tiers
 from ._store.base import ItemRow, Store, normalize_scope, validate_filter, validate_item
 from ._store.sqlite import SQLiteStore, observed_text
 from ._text import embedding_text
@@ -224,6 +226,10 @@ class Memory:
         """The model that writes deep-path answers (capacity escalation); None: the memory's model."""
         self._router: SufficiencyRouter | Literal["default"] | None = router
         """``"default"`` until the first use resolves it (see :attr:`router`)."""
+        self.tier_settings = TierSettings()
+        """How ``agent="tiered"`` reads: chunks, kept chunks, summary budget, CPU price."""
+        self.tier_cache: ModuleCache | None = None
+        """Module outputs kept across ``agent="tiered"`` calls (None: each call starts empty)."""
         self._llm_lock = threading.Lock()
         self._own_llm = False
         """True once ``default_llm`` loaded a model this memory must close."""
@@ -530,7 +536,9 @@ class Memory:
             deep_llm: LLM | None = None,
             budget: int | None = None, timeout: float | None = None, engine: EngineConfig | None = None,
             retrieval: RetrievalConfig | None = None, render: RenderConfig | None = None,
-            agent: MemoryAgent | None = None, session: str | None = None, speaker: str | None = None,
+            agent: MemoryAgent | Literal["tiered"] | None = None, lam: float | None = None,
+            tier_cap: Tier | None = None, tiers: TierSource | None = None,
+            session: str | None = None, speaker: str | None = None,
             kind: str | None = None, role: str | None = None, since: TimeLike | None = None,
             until: TimeLike | None = None, meta: Mapping[str, Any] | None = None) -> Answer:
         """Answer ``question`` from memory; the Answer carries a receipt of how it was made.
@@ -541,6 +549,11 @@ class Memory:
         local shipped model when none was given, loaded once). ``tau``, ``budget`` and
         ``timeout`` (seconds for the whole query, every model call included) override those
         fields of the engine config for this call.
+
+        ``agent="tiered"`` makes the deep path run the tiered pipeline (filter, entity /
+        temporal / topic, summary; ``docs/engine.md``) at the tiers ``tiers`` picks: by default
+        the trained policy nearest cost weight ``lam`` when one is installed
+        (``$SUFFICE_TIERS``), else a fixed rule; never above ``tier_cap``.
         """
         question = _check_query(question, "question")
         ident = identity(scope, user_id, agent_id, run_id)
@@ -558,11 +571,33 @@ class Memory:
             config = config.replace(**changes)
         self._require(ident.scope)
         router = router or self.router
-        eng = Engine(self._store, self._retriever, self._renderer, llm or self.default_llm(),
-                     router=router, agent=agent, deep_llm=deep_llm or self.deep_llm)
+        model = llm or self.default_llm()
+        tiered = None
+        if agent == "tiered":
+            tiered = self._tiered(model, mode, lam, tier_cap, tiers)
+            agent = None
+        elif isinstance(agent, str):
+            raise InvalidQueryError(f"unknown agent {agent!r}: give 'tiered' or a MemoryAgent")
+        elif lam is not None or tier_cap is not None or tiers is not None:
+            raise InvalidQueryError("lam, tier_cap and tiers apply to agent='tiered' only")
+        eng = Engine(self._store, self._retriever, self._renderer, model,
+                     router=router, agent=agent, deep_llm=deep_llm or self.deep_llm, tiered=tiered)
         return eng.ask(question, scope=ident.scope, mode=mode, config=config,
                        retrieval=_config(retrieval, RetrievalConfig, "retrieval", self.retrieval),
                        render=_config(render, RenderConfig, "render", self.render_config), flt=flt)
+
+    def _tiered(self, model: LLM, mode: str, lam: float | None, cap: Tier | None,
+                tiers: TierSource | None) -> TieredAgent:
+        if mode == "fast":
+            raise InvalidQueryError("agent='tiered' runs on the deep path: use mode='deep' or 'auto'")
+        if lam is not None and (not isinstance(lam, int | float) or isinstance(lam, bool)
+                                or not 0.0 <= lam <= 100.0):
+            raise InvalidQueryError(f"lam must be a number from 0 to 100, got {lam!r}")
+        if cap is not None and cap not in TIERS:
+            raise InvalidQueryError(f"tier_cap must be one of {', '.join(TIERS)}, got {cap!r}")
+        source = tiers or default_tiers(lam, self.embedder.name if self.embedder else "")
+        pipeline = TieredPipeline(model, self.embedder, self.tier_settings, self.tier_cache)
+        return TieredAgent(pipeline, source, cap)
 
     @property
     def router(self) -> SufficiencyRouter | None:

@@ -528,6 +528,80 @@ def bench_judge(
             f"mean judge score {counts['mean_judge']:.1f}")
 
 
+@bench_app.command("tiers")
+def bench_tiers(
+    lambdas: Annotated[str, typer.Option(help="Cost weights whose trained policies to compare.")
+                       ] = "0,0.1,0.3,0.5,0.9",
+    policies: Annotated[Path | None, typer.Option(help="Folder of trained policies (suffice train tiers).")
+                        ] = None,
+    fixed: Annotated[str, typer.Option(help="Fixed all-<tier> pipelines to compare.")] = "low,mid,high",
+    extra: Annotated[list[Path] | None, typer.Option("--policy", help=(
+        "A policy file to compare too, e.g. the ablation without scale alignment (repeatable)."))] = None,
+    heuristic: Annotated[bool, typer.Option("--heuristic/--no-heuristic",
+                                            help="Compare the untrained default too.")] = True,
+    dataset: Annotated[str, typer.Option(help="locomo or hotpotqa (the dev items).")] = "locomo",
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N questions (LoCoMo: of categories 1-4).")] = 150,
+    budget: Annotated[int, typer.Option(help="Tokens of the summary the reader gets.")] = 1000,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+                        ] = Path("runs/tiers_locomo.jsonl"),
+    store: Annotated[Path | None, typer.Option(help=(
+        "Store the dataset is ingested into (default: runs/locomo.db, runs/hotpotqa_tiers.db)."))] = None,
+    llm_cache: LLMCacheOpt = Path("runs/llm_cache_tiers.db"),
+    module_cache: ModuleCacheOpt = Path("runs/tier_modules.db"),
+    plot: Annotated[Path | None, typer.Option(help="Frontier PNG.")] = Path("docs/tiers_frontier.png"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+) -> None:
+    """Quality against cost: trained tier policies per lambda, the heuristic default and fixed
+    all-Low / all-Mid / all-High pipelines, on the same questions with the real reader."""
+    with errors():
+        from ._bench import tiers as bt
+        from ._route.tiers import FixedTiers, HeuristicTiers, load_tier_policy
+        sources: list[Any] = []
+        for t in [t.strip() for t in fixed.split(",") if t.strip()]:
+            if t not in ("low", "mid", "high"):
+                fail(f"--fixed takes low, mid and high, got {t!r}")
+            sources.append(FixedTiers.all(t))  # type: ignore[arg-type]
+        if dataset not in ("locomo", "hotpotqa"):
+            fail(f"unknown dataset {dataset!r}; bench tiers supports locomo and hotpotqa")
+        if dataset == "locomo":
+            convs, items, mem, llm, _ = _tier_setup(store or Path("runs/locomo.db"), data, provider,
+                                                    model, base_url, llm_cache, module_cache, limit)
+        else:
+            items, mem, llm = _hotpot_setup(store or Path("runs/hotpotqa_tiers.db"), data, provider,
+                                            model, base_url, llm_cache, module_cache, limit)
+        if heuristic:
+            sources.append(HeuristicTiers(embedder=mem.embedder is not None))
+        if policies is not None:
+            for lam in _floats(lambdas, "--lambdas"):
+                pol = load_tier_policy(policies, lam)
+                if abs(pol.lam - lam) > 1e-9:
+                    say(f"no policy trained at lambda={lam:g} in {policies}; skipped", "yellow")
+                    continue
+                pol.name = f"policy λ={lam:g}"
+                sources.append(pol)
+        for f in extra or []:
+            pol = load_tier_policy(f)
+            pol.name = f"{f.stem} λ={pol.lam:g}"
+            sources.append(pol)
+        with progress_bar("answers", len(items) * len(sources)) as advance:
+            counts = bt.run(mem, llm, items, sources, out_path, budget=budget, progress=advance)
+        say(f"answers: {counts['ran']} run, {counts['reused']} reused")
+        summary = bt.summarize(out_path, {i.key for i in items})
+        say(bt.format_summary(summary))
+        if plot is not None and summary["configs"]:
+            bt.plot(summary, plot)
+            say(f"wrote {plot}")
+        if json_out is not None:
+            from ._bench.report import envelope, write_json
+            write_json(json_out, envelope("bench_tiers", dataset, str(data or "shared copy"),
+                                          {"limit": limit, "budget": budget, "lambdas": lambdas,
+                                           "policies": str(policies), "fixed": fixed}, summary))
+
+
 @bench_app.command("progressive")
 def bench_progressive(
     dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
@@ -976,6 +1050,173 @@ def train_router_cmd(
             from ._bench.report import envelope, write_json
             write_json(json_out, envelope("train_router", "+".join(datasets), str(data or "shared copies"),
                                           card["train_config"], card))
+
+
+LLMCacheOpt = Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost).")]
+ModuleCacheOpt = Annotated[Path | None, typer.Option(help="Tier-pipeline module-output cache.")]
+
+
+def _tier_setup(store: Path, data: Path | None, provider: str, model: str | None, base_url: str | None,
+                llm_cache: Path | None, module_cache: Path | None, limit: int | None) -> tuple[Any, ...]:
+    """LoCoMo in a store, the reader (cached), and a pipeline sharing one module cache."""
+    from ._pipeline import ModuleCache, TieredPipeline
+    convs, items, mem = locomo_run(data, limit, store)
+    llm = make_reader(provider, model, base_url)
+    if llm_cache is not None:
+        from ._llm.cache import CachedLLM
+        llm = CachedLLM(llm, llm_cache)
+    cache = ModuleCache(module_cache)
+    mem.tier_cache = cache
+    return convs, items, mem, llm, TieredPipeline(llm, mem.embedder, mem.tier_settings, cache)
+
+
+def _hotpot_setup(store: Path, data: Path | None, provider: str, model: str | None, base_url: str | None,
+                  llm_cache: Path | None, module_cache: Path | None, limit: int | None) -> tuple[Any, ...]:
+    """HotpotQA dev items as histories of sentences in a store, as QA items scored by token F1."""
+    from ._bench import retrieval
+    from ._bench.qa import QAItem
+    from ._datasets.locomo import LocomoQuestion
+    from ._pipeline import ModuleCache
+    ev = retrieval.load_set("hotpotqa", data)
+    histories = ev.histories[:limit] if limit else ev.histories
+    mem = open_memory(str(store))
+    with progress_bar("ingesting", len(histories)) as advance:
+        for scope, rows in histories:
+            if not mem._store.has_scope(scope):
+                mem.add(rows, scope=scope)
+            advance(1)
+    wanted = {scope for scope, _ in histories}
+    # category 2: the LoCoMo scorer's plain token F1
+    items = [QAItem(f"{q.scope}:{q.index}", q.scope, q.index, LocomoQuestion(q.query, q.answer, 2, ()))
+             for q in ev.questions(mem) if q.scope in wanted]
+    llm = make_reader(provider, model, base_url)
+    if llm_cache is not None:
+        from ._llm.cache import CachedLLM
+        llm = CachedLLM(llm, llm_cache)
+    mem.tier_cache = ModuleCache(module_cache)
+    return items, mem, llm
+
+
+def _staged(report: Callable[[str, int, int], None], label: str) -> Callable[[str, int, int], None]:
+    return lambda stage, done, total: report(f"{label} {stage}", done, total)
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        fail(f"{what} must be numbers separated by commas, got {text!r}")
+        raise
+
+
+@train_app.command("tiers")
+def train_tiers_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the policies (tiers-<lam>.npz, .json).")],
+    lambdas: Annotated[str, typer.Option(help="Cost weights to train one policy each for.")] = "0,0.3,0.9",
+    data: Annotated[Path | None, typer.Option(help="LoCoMo file (default: the shared copy).")] = None,
+    exclude: ExcludeOpt = None,
+    val_conv: Annotated[str, typer.Option(help="The conversation the checkpoint is chosen on.")] = "conv-48",
+    per_conv: Annotated[int, typer.Option(min=1, max=10_000, help=(
+        "Questions per conversation (a seeded shuffle of categories 1-4)."))] = 6,
+    epochs: Annotated[int, typer.Option(min=1, max=500)] = 6,
+    batch: Annotated[int, typer.Option(min=2, max=4096)] = 16,
+    align: Annotated[bool, typer.Option("--align/--no-align", help=(
+        "Scale alignment of the task reward (--no-align: the ablation)."))] = True,
+    reward: Annotated[str, typer.Option(help=(
+        "Task reward: 'recall' (gold answer words in the summary; no answer call) or 'reader' "
+        "(token F1 of the reader's answer)."))] = "recall",
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    store: Annotated[Path, typer.Option(help="Store LoCoMo is ingested into.")] = Path("runs/locomo_all.db"),
+    llm_cache: LLMCacheOpt = Path("runs/llm_cache_tiers.db"),
+    module_cache: ModuleCacheOpt = Path("runs/tier_modules.db"),
+    threads: Annotated[int, typer.Option(min=1, max=64, help="torch threads.")] = 1,
+    warm: Annotated[bool, typer.Option("--warm/--no-warm", help=(
+        "First run every tier combination that matters once per question, so training itself "
+        "makes no new module call."))] = True,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the training report here.")] = None,
+) -> None:
+    """Train tier policies with PPO (one per cost weight) on LoCoMo conversations.
+
+    Conversations in --exclude (default conv-26, the acceptance set) are never read; the
+    checkpoint is the epoch whose greedy policy scores best on --val-conv."""
+    with errors():
+        import random
+
+        import torch
+
+        from ._bench.metrics import answer_recall, token_f1
+        from ._prompts import answer_messages, choose_style
+        from ._train import tiers as tt
+        torch.set_num_threads(threads)
+        if reward not in ("recall", "reader"):
+            fail(f"--reward must be recall or reader, got {reward!r}")
+        lams = _floats(lambdas, "--lambdas")
+        convs, items, mem, llm, pipeline = _tier_setup(store, data, provider, model, base_url,
+                                                       llm_cache, module_cache, None)
+        skip = set(exclude if exclude is not None else ["conv-26"])
+        names = {c.scope: c.sample_id for c in convs}
+        unknown = skip - set(names.values())
+        if unknown:
+            fail(f"--exclude names no LoCoMo conversation: {', '.join(sorted(unknown))}")
+        if val_conv not in names.values() or val_conv in skip:
+            fail(f"--val-conv {val_conv!r} is not a LoCoMo conversation outside --exclude")
+        by_conv: dict[str, list[Any]] = {}
+        for it in items:
+            if names[it.scope] not in skip:
+                by_conv.setdefault(names[it.scope], []).append(it)
+        rng = random.Random(42)
+        picked = []
+        for conv in sorted(by_conv):
+            qs = list(by_conv[conv])
+            rng.shuffle(qs)
+            picked += qs[:per_conv]
+        t0 = time.perf_counter()
+        questions = []
+        from ._pipeline import chunks_for
+        for it in picked:
+            ranking = mem._retriever.rank(it.scope, it.q.question, mem.retrieval, depth=100)
+            chunks = chunks_for(ranking, mem._store, it.scope, pipeline.settings)
+            questions.append(tt.TierQuestion(it.key, names[it.scope], it.q.question, it.q.answer,
+                                             tuple(chunks), ranking.qvec))
+        train = [q for q in questions if q.group != val_conv]
+        val = [q for q in questions if q.group == val_conv]
+
+        def reader_f1(q: Any, res: Any) -> float:
+            reply = llm.chat(answer_messages(q.question, res.text, choose_style(q.question)),
+                             max_tokens=48, stage="answer").text
+            return float(token_f1(reply, q.answer))
+
+        def recall(q: Any, res: Any) -> float:
+            return answer_recall(res.text, q.answer)
+
+        reports = []
+        with fold_progress() as report:
+            if warm:
+                t_warm = time.perf_counter()
+                tt.warm_cache(pipeline, train + val, progress=report)
+                say(f"warmed the module cache in {time.perf_counter() - t_warm:.0f} s")
+            for lam in lams:
+                cfg = tt.PPOConfig(lam=lam, epochs=epochs, batch=batch, align=align)
+                # An ablation is named apart, so a folder of policies never serves one by default.
+                name = f"tiers-{lam:g}" if align else f"noalign-{lam:g}"
+                rep = tt.train_tiers(pipeline, mem.embedder, train, val, cfg, out_dir / f"{name}.npz",
+                                     score=reader_f1 if reward == "reader" else recall,
+                                     progress=_staged(report, f"lam={lam:g}"))
+                say(f"lam={lam:g}: best epoch {rep['best_epoch']}, validation task {rep['val']['task']:.3f}, "
+                    f"cost ${rep['val']['cost_usd']:.2e}, {rep['train_s']:.0f} s; module cache "
+                    f"{rep['cache_hits']} hits / {rep['cache_misses']} misses")
+                reports.append(rep)
+        if json_out is not None:
+            from ._bench.report import envelope, write_json
+            write_json(json_out, envelope("train_tiers", "locomo", str(data or "shared copy"),
+                                          {"lambdas": lams, "per_conv": per_conv, "epochs": epochs,
+                                           "batch": batch, "align": align, "reward": reward,
+                                           "train_questions": len(train), "val_questions": len(val),
+                                           "val_conv": val_conv, "excluded": sorted(skip),
+                                           "wall_s": time.perf_counter() - t0},
+                                          {"runs": reports}))
 
 
 def _default_encoder_name() -> str:

@@ -30,6 +30,7 @@ from ._deep import (
 from ._errors import ConfigError, DeadlineError, ProviderError
 from ._llm.base import LLM, CallRecord, Ledger, Message
 from ._llm.parse import extract_answer
+from ._pipeline import ModuleReceipt, TieredAgent
 from ._prompts import Style, aggregate_messages, answer_messages, choose_style, deep_context
 from ._render import Renderer
 from ._retrieve import Ranking, Retriever
@@ -112,8 +113,10 @@ class Receipt:
     out_of_time: tuple[str, ...] = ()
     """Stages the deadline cut short (each fell back to a cheaper path; see ``notes``)."""
     levers: tuple[LeverReceipt, ...] = ()
-    """On the deep path: which levers ran (blocks, wider evidence, a stronger model, dates)
-    and what each cost."""
+    """On the deep path: which levers ran (blocks, wider evidence, a stronger model, dates,
+    tiers) and what each cost."""
+    modules: tuple[ModuleReceipt, ...] = ()
+    """With the tiered agent: each pipeline module's tier, model, tokens, time and cost."""
 
     @property
     def input_tokens(self) -> int:
@@ -152,7 +155,7 @@ class Engine:
 
     def __init__(self, store: Store, retriever: Retriever, renderer: Renderer, llm: LLM, *,
                  router: SufficiencyRouter | None = None, agent: MemoryAgent | None = None,
-                 deep_llm: LLM | None = None) -> None:
+                 deep_llm: LLM | None = None, tiered: TieredAgent | None = None) -> None:
         self.store = store
         self.retriever = retriever
         self.renderer = renderer
@@ -164,6 +167,8 @@ class Engine:
         self.router: SufficiencyRouter = router or ScoreRouter()
         self.agent = agent
         """The deep path's memory agent; None: an LLM block reader built from the engine config."""
+        self.tiered = tiered
+        """When set, the deep path reads through the tiered pipeline instead of block agents."""
 
     # -- context for the reader ---------------------------------------------------------------
 
@@ -233,9 +238,10 @@ class Engine:
 
         blocks: tuple[BlockReceipt, ...] = ()
         levers: tuple[LeverReceipt, ...] = ()
+        modules: tuple[ModuleReceipt, ...] = ()
         degraded = False
         if path == "deep":
-            result, blocks, levers = self._deep(question, scope, evidence, ranking, ranked, budget,
+            result, blocks, levers, modules = self._deep(question, scope, evidence, ranking, ranked, budget,
                                                 deep_budget, style, ledger, stages, notes, config, render,
                                                 retrieval, clock)
             if result is None:  # every agent failed or nothing relevant: the fast path answers
@@ -245,7 +251,7 @@ class Engine:
                 text, parts, context_tokens = result
                 return self._finish(question, scope, mode, "deep", text, evidence, parts,
                                     context_tokens, ledger, stages, t0, decision, tau,
-                                    blocks, degraded, notes, clock, levers)
+                                    blocks, degraded, notes, clock, levers, modules)
 
         if fast is None:
             t = time.perf_counter()
@@ -262,7 +268,7 @@ class Engine:
             text = evidence.hits[0].item.text if evidence.hits else ""
         return self._finish(question, scope, mode, "fast", text, evidence, parts,
                             count_tokens(context), ledger, stages, t0, decision, tau,
-                            blocks, degraded, notes, clock, levers)
+                            blocks, degraded, notes, clock, levers, modules)
 
     def prefix(self, question: str, scope: str, mode: Mode, config: EngineConfig, retrieval: RetrievalConfig,
                render: RenderConfig, flt: Filter | None = None) -> tuple[Ranking, Evidence]:
@@ -339,15 +345,20 @@ class Engine:
               budget: int, deep_budget: int, style: Style, ledger: Ledger, stages: dict[str, float],
               notes: list[str], s: EngineConfig, render: RenderConfig, retrieval: RetrievalConfig,
               clock: _Clock) -> tuple[tuple[str, tuple[ContextPart, ...], int] | None,
-                                      tuple[BlockReceipt, ...], tuple[LeverReceipt, ...]]:
+                                      tuple[BlockReceipt, ...], tuple[LeverReceipt, ...],
+                                      tuple[ModuleReceipt, ...]]:
         """(answer, parts, context tokens) or None when the deep path cannot answer; the
         receipts of the blocks it read, and of the levers it pulled, either way.
 
         The levers: block agents read the blocks around the hits (``deep_agents``); the reader
         gets ``deep_budget`` tokens, more than the fast path had (``evidence``); quoted and
         retrieved turns state their relative dates (``resolve_dates``); and the deep model, when
-        the engine has one, writes the answer (``model``).
+        the engine has one, writes the answer (``model``). With the tiered agent, its pipeline
+        replaces all but the last (``tiers``).
         """
+        if self.tiered is not None:
+            return self._deep_tiered(self.tiered, question, scope, ranking, deep_budget, style,
+                                     ledger, stages, notes, s, clock)
         levers: list[LeverReceipt] = []
         reader = self.deep_llm or self.llm
         wider = deep_budget > budget
@@ -393,7 +404,7 @@ class Engine:
         if s.deep_agents and not relevant:
             if not wider:
                 notes.append("no block agent returned relevant notes; the fast path answered")
-                return None, _block_receipts(chosen, agent_notes, {}), tuple(levers)
+                return None, _block_receipts(chosen, agent_notes, {}), tuple(levers), ()
             notes.append("no block agent returned relevant notes; the wider evidence answered")
         cap = int(render.prompt_cap * deep_budget)
         body, kept = notes_text(agent_notes, int(cap * s.notes_share)) if relevant else ("", {})
@@ -401,7 +412,7 @@ class Engine:
         receipts = _block_receipts(chosen, agent_notes, used)
         if relevant and not body and not wider:
             notes.append("no agent note fits the budget; the fast path answered")
-            return None, receipts, tuple(levers)
+            return None, receipts, tuple(levers), ()
         parts: list[ContextPart] = [
             ContextPart("notice", None, _quoted(n, set(kept[n.block])), used[n.block],
                         f"notes of block {n.block}")
@@ -456,8 +467,52 @@ class Engine:
                 math.fsum(c.cost_usd for c in answer_calls)))
         if not ok:
             notes.append(f"aggregation failed ({text}); the fast path answered")
-            return None, receipts, tuple(levers)
-        return (text, tuple(parts), count_tokens(body)), receipts, tuple(levers)
+            return None, receipts, tuple(levers), ()
+        return (text, tuple(parts), count_tokens(body)), receipts, tuple(levers), ()
+
+    def _deep_tiered(self, agent: TieredAgent, question: str, scope: str, ranking: Ranking,
+                     deep_budget: int, style: Style, ledger: Ledger, stages: dict[str, float],
+                     notes: list[str], s: EngineConfig, clock: _Clock
+                     ) -> tuple[tuple[str, tuple[ContextPart, ...], int] | None,
+                                tuple[BlockReceipt, ...], tuple[LeverReceipt, ...],
+                                tuple[ModuleReceipt, ...]]:
+        """The deep path through the tiered pipeline: its summary is what the reader reads."""
+        reader = self.deep_llm or self.llm
+        t = time.perf_counter()
+        try:
+            result = agent.read(question, ranking, self.store, scope, budget=deep_budget,
+                                ledger=ledger, deadline=clock.deadline)
+        except (ProviderError, ConfigError) as exc:
+            stages["tiers"] = _ms(t)
+            notes.append(f"tiered pipeline failed ({type(exc).__name__}: {exc}); the fast path answered")
+            return None, (), (), ()
+        stages["tiers"] = _ms(t)
+        for m in result.modules:
+            if m.note:
+                notes.append(f"{m.module}: {m.note}")
+        tiers = " ".join(f"{m.module}={m.tier}" for m in result.modules)
+        levers = [LeverReceipt(
+            "tiers", f"{agent.source.name}: {tiers}", stages["tiers"],
+            sum(m.input_tokens + m.output_tokens for m in result.modules), result.cost_usd)]
+        if not result.text.strip():
+            notes.append("the tiered pipeline found nothing to read; the fast path answered")
+            return None, (), tuple(levers), result.modules
+        seqs = tuple(q for i in result.kept for q in result.chunks[i].seqs)
+        parts = (ContextPart("notice", None, seqs, count_tokens(result.text), "tiered summary"),)
+        t = time.perf_counter()
+        text, ok = self._answer(answer_messages(question, result.text, style), ledger, "aggregate",
+                                s.answer_max_tokens, clock, llm=reader)
+        stages["aggregate"] = _ms(t)
+        if reader is not self.llm:
+            calls = [c for c in ledger.records if c.stage == "aggregate"]
+            levers.append(LeverReceipt(
+                "model", f"{reader.model} wrote the answer (fast path: {self.llm.model})",
+                stages["aggregate"], sum(c.input_tokens + c.output_tokens for c in calls),
+                math.fsum(c.cost_usd for c in calls)))
+        if not ok:
+            notes.append(f"aggregation failed ({text}); the fast path answered")
+            return None, (), tuple(levers), result.modules
+        return (text, parts, count_tokens(result.text)), (), tuple(levers), result.modules
 
     def _evidence(self, question: str, room: int, ranking: Ranking, ranked: Evidence, s: EngineConfig,
                   render: RenderConfig, retrieval: RetrievalConfig) -> tuple[str, tuple[ContextPart, ...]]:
@@ -470,7 +525,8 @@ class Engine:
                 ledger: Ledger, stages: dict[str, float], t0: float,
                 decision: RouterDecision | None, tau: float, blocks: tuple[BlockReceipt, ...],
                 degraded: bool, notes: list[str], clock: _Clock,
-                levers: tuple[LeverReceipt, ...] = ()) -> Answer:
+                levers: tuple[LeverReceipt, ...] = (),
+                modules: tuple[ModuleReceipt, ...] = ()) -> Answer:
         if clock.missed:
             degraded = True
             notes.append(f"the query's deadline of {clock.timeout_s:g} s passed during: "
@@ -487,6 +543,7 @@ class Engine:
             tau=tau if decision else None, router_reason=decision.reason if decision else "",
             blocks=blocks, degraded=degraded, notes=tuple(notes), deadline_s=clock.timeout_s,
             out_of_time=tuple(dict.fromkeys(clock.missed)), levers=levers,
+            modules=modules,
         )
         return Answer(text=text, receipt=receipt, evidence=evidence.items)
 

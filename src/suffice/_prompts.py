@@ -252,6 +252,67 @@ def aggregate_messages(question: str, notes: Sequence[str] | str) -> list[Messag
     return [_msg("system", system), _msg("user", user)]
 
 
+# -- tiered memory pipeline (BudgetMem's modules) --------------------------------------------
+
+TierModule = Literal["filter", "entity", "temporal", "topic", "summary"]
+Reasoning = Literal["direct", "step", "plan"]
+
+_TIER_TASKS: dict[str, str] = {
+    "filter": (
+        "You rate how useful each numbered excerpt of a long history is for answering a "
+        "question: 10 when it states the answer, 5 when it gives useful context, 0 when it has "
+        "nothing to do with the question."),
+    "entity": (
+        "You pull out the relationships between people, places, things and events in the "
+        "excerpts that matter for the question, each as a short line 'A - relation - B (date)'. "
+        "Leave out everything the question does not need."),
+    "temporal": (
+        "You pull out the time facts in the excerpts that matter for the question: what happened "
+        "when, stated with a calendar date where the excerpt's own date lets you work it out "
+        "(a turn dated 8 May 2023 that says 'yesterday' means 7 May 2023)."),
+    "topic": (
+        "You pull out the topics the excerpts discuss that matter for the question, and how "
+        "they connect, each as a short line naming who talked about what and when."),
+    "summary": (
+        "You write a short briefing for someone who must answer a question from the excerpts "
+        "below. Say which facts bear on the question, which dates matter and what is missing. "
+        "Do not answer the question yourself."),
+}
+
+_TIER_OUTPUT: dict[str, str] = {
+    "filter": "a JSON list with one integer per excerpt, in excerpt order, e.g. [7, 0, 3]",
+    "entity": 'a JSON list of short strings, e.g. ["Ann - adopted - a dog (May 2023)"]; [] if none',
+    "temporal": 'a JSON list of short strings, e.g. ["Ann ran a marathon on 6 May 2023"]; [] if none',
+    "topic": 'a JSON list of short strings, e.g. ["Ann and Bo discussed pottery (June 2023)"]; [] if none',
+    "summary": "at most four plain sentences",
+}
+
+_REASONING: dict[str, str] = {
+    "direct": "Reply with {out} inside <answer></answer> and nothing else.",
+    "step": ("First think it through step by step in a few short lines. Then give {out} "
+             "inside <answer></answer>."),
+    "plan": ("Work in three short stages. PLAN: say what you need to find. ACT: go through "
+             "the material and note what you find. CHECK: make sure each item is supported by "
+             "the material and fix anything that is not. Then give {out} inside "
+             "<answer></answer>."),
+}
+
+REASONING_MAX_TOKENS: dict[str, int] = {"direct": 100, "step": 200, "plan": 280}
+"""Room for each reasoning style's output: the longer styles write their reasoning first."""
+
+
+def tier_messages(module: TierModule, reasoning: Reasoning, question: str,
+                  material: str) -> list[Message]:
+    """One tier-pipeline module as an LLM call: the module's task, in the given reasoning style.
+
+    The three styles are the reasoning tiers (direct, step by step, plan-act-check); the
+    implementation strategy's High tier uses the direct style.
+    """
+    system = _TIER_TASKS[module] + " " + _REASONING[reasoning].format(out=_TIER_OUTPUT[module])
+    user = f"Excerpts:\n{material.strip()}\n\nQuestion: {question}"
+    return [_msg("system", system), _msg("user", user)]
+
+
 def judge_messages(question: str, gold: str, prediction: str) -> list[Message]:
     """The LLM judge: compare a prediction with the reference and reply with a JSON score."""
     system = (
@@ -293,6 +354,8 @@ __all__ = [
     "JUDGE_FORMAT",
     "NOT_MENTIONED",
     "PROMPTS_VERSION",
+    "REASONING_MAX_TOKENS",
+    "Reasoning",
     "STYLES",
     "SUFFICIENCY_CHOICES",
     "Style",
@@ -307,4 +370,6 @@ __all__ = [
     "rationale_messages",
     "reask_message",
     "sufficiency_messages",
+    "TierModule",
+    "tier_messages",
 ]

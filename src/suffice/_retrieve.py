@@ -67,6 +67,19 @@ class ScopeIndex:
         with self.lock:
             return self.seqs, self.matrix
 
+    def vectors_of(self, seqs: Sequence[int]) -> np.ndarray:
+        """The stored vectors of ``seqs``, one row each; a zero row for an item without one."""
+        all_seqs, matrix = self.vectors()
+        dim = matrix.shape[1] if matrix.ndim == 2 and matrix.shape[1] else 0
+        out = np.zeros((len(seqs), dim), np.float32)
+        if not len(seqs) or not dim or not all_seqs.shape[0]:
+            return out
+        want = np.asarray(seqs, dtype=np.int64)
+        rows = np.searchsorted(all_seqs, want)
+        ok = (rows < all_seqs.shape[0]) & (all_seqs[np.minimum(rows, all_seqs.shape[0] - 1)] == want)
+        out[ok] = matrix[rows[ok]]
+        return out
+
     def append_vectors(self, seqs: np.ndarray, mat: np.ndarray) -> None:
         """Add rows; capacity doubles, so adding one item at a time costs O(1) amortised.
 

@@ -107,3 +107,13 @@ __all__ = [
     "score_locomo",
     "token_f1",
 ]
+
+
+def answer_recall(text: object, gold: object) -> float:
+    """Share of the gold answer's (normalised, stemmed) words that ``text`` holds: how much of
+    the answer a context carries, with no reader involved."""
+    g = answer_tokens(gold)
+    if not g:
+        return 0.0
+    have = set(answer_tokens(text))
+    return sum(t in have for t in g) / len(g)

@@ -361,14 +361,7 @@ def _in_period(ts: float | None, period: tuple[int, int | None]) -> bool:
 
 
 def _vectors(ranking: Ranking, seqs: Sequence[int], dim: int) -> np.ndarray:
-    out = np.zeros((len(seqs), dim), np.float32)
     if ranking.index is None or not seqs:
-        return out
-    all_seqs, matrix = ranking.index.vectors()
-    if matrix.size == 0 or matrix.shape[1] != dim:
-        return out
-    want = np.asarray(seqs, dtype=np.int64)
-    rows = np.searchsorted(all_seqs, want)
-    ok = (rows < all_seqs.shape[0]) & (all_seqs[np.minimum(rows, all_seqs.shape[0] - 1)] == want)
-    out[ok] = matrix[rows[ok]]
-    return out
+        return np.zeros((len(seqs), dim), np.float32)
+    got = ranking.index.vectors_of(seqs)
+    return got if got.shape[1] == dim else np.zeros((len(seqs), dim), np.float32)

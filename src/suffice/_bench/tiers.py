@@ -1,0 +1,158 @@
+"""``suffice bench tiers``: quality against cost for tier policies and fixed pipelines.
+
+Every configuration answers the same questions through ``Memory.ask(mode="deep",
+agent="tiered")`` with the real reader; a record per (configuration, question) goes to a JSONL
+file, so a run resumes where it stopped and a configuration added later costs only its own
+calls. Module outputs and model calls are cached, and replays keep the cost they were measured
+at, so the cost axis is the same on a rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._config import EngineConfig
+from .._llm.base import LLM
+from .._pipeline import MODULES, TIERS, TierSource
+from .metrics import score_locomo
+from .qa import QAItem, load_done, open_append
+
+if TYPE_CHECKING:
+    from .._api import Memory
+
+__all__ = ["plot", "run", "summarize"]
+
+
+def run(mem: Memory, llm: LLM, items: Sequence[QAItem], sources: Sequence[TierSource], out: Path, *,
+        budget: int, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+    """Answer every item with every source; skip (source, question) pairs already recorded."""
+    done = load_done(out)
+    ran = 0
+    config = EngineConfig(reader_budget=budget, deep_scale=1.0)
+    with open_append(out) as f:
+        for it in items:  # question by question: a partial run compares every source on it
+            for src in sources:
+                if (src.name, it.key) in done:
+                    if progress is not None:
+                        progress(1)
+                    continue
+                ans = mem.ask(it.q.question, scope=it.scope, llm=llm, mode="deep", agent="tiered",
+                              tiers=src, engine=config)
+                r = ans.receipt
+                rec = {
+                    "variant": src.name, "key": it.key, "category": it.q.category,
+                    "question": it.q.question, "gold": it.q.answer, "prediction": ans.text,
+                    "f1": score_locomo(ans.text, it.q.answer, it.q.category),
+                    "path": r.path, "degraded": r.degraded,
+                    "pipeline_usd": sum(m.cost_usd for m in r.modules),
+                    "pipeline_ms": sum(m.latency_ms for m in r.modules),
+                    "cost_usd": r.cost_usd, "t_e2e_ms": r.t_e2e_ms, "t_mem_ms": r.t_mem_ms,
+                    "tokens": r.input_tokens + r.output_tokens,
+                    "tiers": {m.module: m.asked for m in r.modules},
+                    "answered_at": {m.module: m.tier for m in r.modules},
+                    "notes": list(r.notes),
+                }
+                f.write(json.dumps(rec) + "\n")
+                f.flush()
+                ran += 1
+                if progress is not None:
+                    progress(1)
+    return {"ran": ran, "reused": len(sources) * len(items) - ran}
+
+
+def _ci(values: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    if not values:
+        return (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    arr = list(values)
+    means = sorted(sum(rng.choice(arr) for _ in arr) / len(arr) for _ in range(n))
+    return means[int(0.025 * n)], means[int(0.975 * n) - 1]
+
+
+def summarize(path: Path, keys: set[str] | None = None) -> dict[str, Any]:
+    """Per configuration: F1 (with a bootstrap 95% interval), pipeline cost and time, T_e2e,
+    and each module's tier shares; only questions every configuration answered count."""
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    by: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in recs:
+        if keys is None or r["key"] in keys:
+            by.setdefault(r["variant"], {})[r["key"]] = r
+    common = set.intersection(*(set(v) for v in by.values())) if by else set()
+    rows: dict[str, Any] = {}
+    for name, rs in by.items():
+        got = [rs[k] for k in sorted(common)]
+        if not got:
+            continue
+        f1 = [100 * r["f1"] for r in got]
+        shares = {m: {t: sum(r["tiers"].get(m) == t for r in got) / len(got) for t in TIERS}
+                  for m in MODULES}
+        rows[name] = {
+            "n": len(got), "f1": float(np.mean(f1)), "f1_ci": _ci(f1),
+            "pipeline_usd": float(np.mean([r["pipeline_usd"] for r in got])),
+            "pipeline_ms": float(np.mean([r["pipeline_ms"] for r in got])),
+            "t_e2e_ms": float(np.mean([r["t_e2e_ms"] for r in got])),
+            "fell_back": sum(any(a != r["tiers"][m] for m, a in r["answered_at"].items()) for r in got),
+            "degraded": sum(bool(r["degraded"]) for r in got),
+            "tiers": shares,
+        }
+    return {"n_common": len(common), "configs": rows}
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    lines = [f"{s['n_common']} questions answered by every configuration",
+             f"{'config':<22}{'F1':>7}  {'95% CI':<15}{'pipeline $':>12}{'pipeline s':>11}"
+             f"{'T_e2e s':>9}  tiers (share Low/Mid/High per module)"]
+    for name, r in sorted(s["configs"].items(), key=lambda kv: kv[1]["pipeline_usd"]):
+        lo, hi = r["f1_ci"]
+        tiers = " ".join(f"{m[:3]}:" + "/".join(f"{r['tiers'][m][t]:.0%}" for t in TIERS) for m in MODULES)
+        lines.append(f"{name:<22}{r['f1']:>7.1f}  [{lo:5.1f},{hi:5.1f}]  {r['pipeline_usd']:>12.2e}"
+                     f"{r['pipeline_ms'] / 1e3:>11.2f}{r['t_e2e_ms'] / 1e3:>9.1f}  {tiers}")
+    return "\n".join(lines)
+
+
+def plot(s: dict[str, Any], png: Path) -> None:
+    """F1 against pipeline cost (fixed pipelines joined by a line, policies as points), and
+    each policy's tier shares per module."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = s["configs"]
+    fixed = sorted((r["pipeline_usd"], r["f1"], n) for n, r in rows.items() if n.startswith("all-"))
+    learned = sorted((r["pipeline_usd"], r["f1"], n) for n, r in rows.items() if not n.startswith("all-"))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [1.2, 1]})
+    if fixed:
+        ax.plot([c for c, _, _ in fixed], [f for _, f, _ in fixed], "s--", color="grey", label="fixed tiers")
+        for c, f, n in fixed:
+            ax.annotate(n, (c, f), textcoords="offset points", xytext=(4, -10), fontsize=8)
+    for c, f, n in learned:
+        ax.plot([c], [f], "o", label=n)
+    ax.set_xscale("log")
+    ax.set_xlabel("pipeline cost per question (USD, tokens + CPU time)")
+    ax.set_ylabel("token F1")
+    ax.set_title(f"Quality vs cost ({s['n_common']} questions)")
+    ax.legend(fontsize=7)
+    names = [n for _, _, n in learned]
+    width = 0.8 / max(len(names), 1)
+    for j, n in enumerate(names):
+        low = [rows[n]["tiers"][m]["low"] for m in MODULES]
+        mid = [rows[n]["tiers"][m]["mid"] for m in MODULES]
+        high = [rows[n]["tiers"][m]["high"] for m in MODULES]
+        xs = np.arange(len(MODULES)) + j * width
+        bx.bar(xs, low, width, color="#9ecae1", edgecolor="k", linewidth=0.3)
+        bx.bar(xs, mid, width, bottom=low, color="#4292c6", edgecolor="k", linewidth=0.3)
+        bx.bar(xs, high, width, bottom=np.add(low, mid), color="#08306b", edgecolor="k", linewidth=0.3)
+    bx.set_xticks(np.arange(len(MODULES)) + 0.4 - width / 2, MODULES)
+    bx.set_ylabel("tier share (light Low, mid Mid, dark High)")
+    bx.set_title("Tiers chosen per module: " + ", ".join(names), fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)

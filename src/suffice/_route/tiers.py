@@ -1,0 +1,158 @@
+"""Which tier each pipeline module runs at, per question: a trained policy or a fixed rule.
+
+The trained policy is BudgetMem's shared network, run with numpy from a plain ``.npz`` file:
+the state of a module is [question vector; vector of the module's input] and the module's
+learned descriptor, each projected, then a small trunk and a three-way head (Low / Mid /
+High). One network serves all five modules; the descriptor tells them apart. Inference is
+the argmax; training (``suffice train tiers``) samples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .._errors import ConfigError
+from .._pipeline import MODULES, TIERS, Chooser, Module, Tier, TierSource
+
+__all__ = ["TIERS_ENV", "FixedTiers", "HeuristicTiers", "TierPolicy", "TierSource", "default_tiers",
+           "load_tier_policy"]
+
+TIERS_ENV = "SUFFICE_TIERS"
+"""Names a trained tier policy: a .npz file, or a folder of them, one per cost weight."""
+
+
+@dataclass(frozen=True, slots=True)
+class FixedTiers:
+    """The same tier for every module (or per module): the fixed baselines."""
+
+    tiers: Mapping[str, Tier]
+    name: str = "fixed"
+
+    @classmethod
+    def all(cls, tier: Tier) -> FixedTiers:
+        return cls({m: tier for m in MODULES}, f"all-{tier}")
+
+    def chooser(self, question: str) -> Chooser:
+        return lambda module, q, x: TIERS.index(self.tiers[module])
+
+
+_TIME_CUE = re.compile(r"\b(when|what (?:date|day|year|month|time)|how long|ago|before|after|"
+                       r"since|first|last|year|month|week)\b", re.I)
+_RELATION_CUE = re.compile(r"\b(who|whom|whose|relationship|married|friend|sister|brother|"
+                           r"mother|father|partner|kids?|children|with)\b", re.I)
+
+
+class HeuristicTiers:
+    """The tiers an untrained install uses, chosen from the question's words; never an LLM
+    module, so the default costs no model call beyond the answer.
+
+    - filter: Mid (embedding similarity) when the memory has an embedder, else Low;
+    - entity: Mid (spaCy relations) when the question asks who or about a relationship;
+    - temporal: Mid (spaCy events with resolved dates) when it asks when, or how long;
+    - topic: Low (topic markers);
+    - summary: Mid (facts ranked by similarity under headings).
+    """
+
+    name = "heuristic"
+
+    def __init__(self, *, embedder: bool = True) -> None:
+        self.embedder = embedder
+
+    def tiers(self, question: str) -> dict[str, Tier]:
+        return {"filter": "mid" if self.embedder else "low",
+                "entity": "mid" if _RELATION_CUE.search(question) else "low",
+                "temporal": "mid" if _TIME_CUE.search(question) else "low",
+                "topic": "low",
+                "summary": "mid"}
+
+    def chooser(self, question: str) -> Chooser:
+        t = self.tiers(question)
+        return lambda module, q, x: TIERS.index(t[module])
+
+
+_KEYS = ("descriptors", "wu", "bu", "wv", "bv", "w1", "b1", "w2", "b2", "w3", "b3", "w4", "b4")
+
+
+class TierPolicy:
+    """A trained tier policy (numpy only). ``lam`` is the cost weight it was trained at."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray], *, lam: float, encoder: str,
+                 name: str = "trained") -> None:
+        missing = [k for k in _KEYS if k not in weights]
+        if missing:
+            raise ConfigError(f"tier policy weights lack {', '.join(missing)}")
+        self.w = {k: np.asarray(weights[k], dtype=np.float32) for k in _KEYS}
+        if self.w["descriptors"].shape[0] != len(MODULES):
+            raise ConfigError(f"tier policy has {self.w['descriptors'].shape[0]} module "
+                              f"descriptors, expected {len(MODULES)}")
+        self.lam = lam
+        self.encoder = encoder
+        self.name = name
+
+    def probs(self, module: Module, q: np.ndarray, x: np.ndarray) -> np.ndarray:
+        w = self.w
+        d = w["descriptors"][MODULES.index(module)]
+        u = w["wu"] @ np.concatenate([q, x]).astype(np.float32) + w["bu"]
+        v = w["wv"] @ d + w["bv"]
+        h = np.maximum(w["w1"] @ np.concatenate([u, v]) + w["b1"], 0)
+        h = np.maximum(w["w2"] @ h + w["b2"], 0)
+        h = np.maximum(w["w3"] @ h + w["b3"], 0)
+        z = w["w4"] @ h + w["b4"]
+        e: np.ndarray = np.exp(z - z.max())
+        return e / float(e.sum())
+
+    def chooser(self, question: str) -> Chooser:
+        return lambda module, q, x: int(np.argmax(self.probs(module, q, x)))
+
+    @classmethod
+    def load(cls, path: str | Path) -> TierPolicy:
+        p = Path(path)
+        try:
+            meta = json.loads(p.with_suffix(".json").read_text()) if p.with_suffix(".json").exists() else {}
+            with np.load(p) as z:
+                weights = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read tier policy {p}: {exc}") from exc
+        return cls(weights, lam=float(meta.get("lam", 0.0)), encoder=str(meta.get("encoder", "")),
+                   name=f"trained(λ={meta.get('lam', 0.0)})")
+
+    def save(self, path: str | Path, **meta: object) -> None:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(p, **self.w)  # type: ignore[arg-type]
+        p.with_suffix(".json").write_text(json.dumps(
+            {"lam": self.lam, "encoder": self.encoder, **meta}, indent=2, default=str))
+
+
+def load_tier_policy(path: str | Path, lam: float | None = None) -> TierPolicy:
+    """A policy file, or from a folder of them (one per λ) the one trained nearest ``lam``."""
+    p = Path(path)
+    if p.is_file():
+        return TierPolicy.load(p)
+    files = sorted(p.glob("tiers-*.npz")) if p.is_dir() else []
+    if not files:
+        raise ConfigError(f"no tier policy at {p} (expected a .npz file or a folder of tiers-*.npz)")
+    policies = [TierPolicy.load(f) for f in files]
+    want = 0.0 if lam is None else lam
+    return min(policies, key=lambda pol: (abs(pol.lam - want), pol.lam))
+
+
+def default_tiers(lam: float | None, encoder: str) -> TierSource:
+    """The trained policy ``$SUFFICE_TIERS`` names (the one nearest ``lam``) when it was
+    trained on ``encoder``; else :class:`HeuristicTiers`. A named policy that cannot be read,
+    or that was trained on another encoder, is an error, not a silent fallback."""
+    path = os.environ.get(TIERS_ENV, "").strip()
+    if not path:
+        return HeuristicTiers(embedder=bool(encoder))
+    policy = load_tier_policy(path, lam)
+    if policy.encoder and encoder and policy.encoder != encoder:
+        raise ConfigError(f"the tier policy at {path} was trained on encoder {policy.encoder!r}; "
+                          f"this memory uses {encoder!r}")
+    return policy

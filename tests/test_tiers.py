@@ -1,0 +1,270 @@
+"""The tiered pipeline: five modules at three distinct tiers, each call costed, failures
+falling one tier down, a numpy policy that matches its torch twin, and PPO that learns."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+import numpy as np
+import pytest
+
+from suffice import ConfigError, InvalidQueryError, ProviderError
+from suffice._llm import ScriptedLLM
+from suffice._llm.base import Ledger
+from suffice._pipeline import (
+    MODULES,
+    Chunk,
+    ModuleCache,
+    TieredPipeline,
+    TierSettings,
+)
+from suffice._pipeline.modules import keyword_filter, rule_facts, similarity_filter, spacy_facts
+from suffice._route.tiers import FixedTiers, HeuristicTiers, TierPolicy, load_tier_policy
+from suffice._times import as_timestamp
+from suffice._types import Item
+
+
+def item(seq: int, text: str, speaker: str = "Dana", day: str = "2025-04-11", session: str = "s1") -> Item:
+    return Item(id=f"i{seq}", scope="dana", seq=seq, session=session, speaker=speaker, role="user",
+                kind="message", observed_at=day, text=text, meta={}, tokens=len(text.split()),
+                observed_ts=as_timestamp(day))
+
+
+def chunks(embedder=None) -> list[Chunk]:  # type: ignore[no-untyped-def]
+    turns = [
+        [item(0, "We adopted a grey cat from the shelter last weekend. Her name is Figo.")],
+        [item(1, "My sister Ana moved to Lisbon in March.", day="2025-04-20")],
+        [item(2, "The rainfall model for the Douro is due in June.", day="2025-05-02")],
+    ]
+    out = []
+    for its in turns:
+        vec = None
+        if embedder is not None:
+            vec = embedder.embed([its[0].text])[0]
+        out.append(Chunk(tuple(its), vec))
+    return out
+
+
+def pipeline(llm=None, embedder=None, **kw) -> TieredPipeline:  # type: ignore[no-untyped-def]
+    return TieredPipeline(llm, embedder, TierSettings(keep=2, **kw))
+
+
+# -- Low and Mid: rules and small models, and they differ --------------------------------------
+
+def test_the_keyword_filter_keeps_chunks_that_share_words_with_the_question() -> None:
+    kept = keyword_filter("What is the name of Dana's cat?", chunks(), k=2)
+    assert kept[0] == 0 and len(kept) <= 2
+
+
+def test_the_similarity_filter_needs_an_embedder() -> None:
+    with pytest.raises(ConfigError, match="embedder"):
+        similarity_filter("cat?", None, chunks(), k=2)
+
+
+def test_low_time_facts_state_relative_phrases_against_the_turns_own_date() -> None:
+    facts = rule_facts("temporal", "When did Dana adopt the cat?", chunks())
+    line = next(f for f in facts if "last weekend" in f)
+    assert "11 April 2025" in line and "weekend before 11 April 2025" in line
+
+
+def test_low_relations_name_the_speaker_for_i_and_my() -> None:
+    facts = rule_facts("entity", "Where did Dana's sister move?", chunks())
+    assert any(f.startswith("Dana's sister") and "Lisbon" in f for f in facts)
+
+
+def test_mid_facts_come_from_a_parse_and_differ_from_the_rules() -> None:
+    pytest.importorskip("spacy")
+    q = "When did Dana's sister move to Lisbon?"
+    mid = spacy_facts("temporal", q, chunks())
+    assert any("March" in f and "move" in f for f in mid)
+    for module in ("entity", "temporal", "topic"):
+        assert spacy_facts(module, q, chunks()) != rule_facts(module, q, chunks())  # tiers stay distinct
+
+
+# -- one run: receipts, costs, ledger, cache ---------------------------------------------------
+
+def test_every_module_leaves_a_costed_receipt_and_a_ledger_record(embedder) -> None:  # type: ignore[no-untyped-def]
+    pipe = pipeline(embedder=embedder, cpu_usd_per_hour=3600.0)  # $1 per second: visible
+    ledger = Ledger()
+    q = "What is the name of Dana's cat?"
+    res = pipe.run(q, chunks(embedder), FixedTiers.all("low").chooser(q),
+                   qvec=embedder.embed_query(q), ledger=ledger)
+    assert [m.module for m in res.modules] == list(MODULES)
+    assert all(m.tier == "low" == m.asked and m.latency_ms > 0 for m in res.modules)
+    assert all(m.cost_usd == pytest.approx(m.latency_ms / 1e3) for m in res.modules)
+    assert [c.stage for c in ledger.records] == [f"tier_{m}" for m in MODULES]
+    assert "Figo" in res.text and res.kept[0] == 0
+
+
+def test_a_repeated_call_is_replayed_with_the_cost_it_was_measured_at(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    cache = ModuleCache(tmp_path / "modules.db")
+    q = "What is the name of Dana's cat?"
+    first = TieredPipeline(None, embedder, TierSettings(keep=2), cache).run(
+        q, chunks(embedder), FixedTiers.all("mid").chooser(q), qvec=embedder.embed_query(q))
+    again = TieredPipeline(None, embedder, TierSettings(keep=2), ModuleCache(tmp_path / "modules.db")).run(
+        q, chunks(embedder), FixedTiers.all("mid").chooser(q), qvec=embedder.embed_query(q))
+    assert all(m.cached for m in again.modules) and not any(m.cached for m in first.modules)
+    assert [m.cost_usd for m in again.modules] == [m.cost_usd for m in first.modules]
+    assert again.text == first.text
+
+
+def test_a_high_tier_that_cannot_be_read_falls_back_one_tier_and_says_so(embedder) -> None:  # type: ignore[no-untyped-def]
+    llm = ScriptedLLM("<answer>I am not sure</answer>")
+    q = "What is the name of Dana's cat?"
+    res = pipeline(llm, embedder).run(q, chunks(embedder), FixedTiers.all("high").chooser(q),
+                                      qvec=embedder.embed_query(q))
+    filt = res.modules[0]
+    assert filt.asked == "high" and filt.tier == "mid" and "fell back to mid" in filt.note
+    assert res.modules[1].tier == "high"  # "I am not sure" is a (poor) fact line, not a failure
+
+
+def test_a_failing_model_falls_back_and_the_query_still_gets_a_summary(embedder) -> None:  # type: ignore[no-untyped-def]
+    llm = ScriptedLLM([ProviderError("down")] * 10)
+    q = "What is the name of Dana's cat?"
+    res = pipeline(llm, embedder).run(q, chunks(embedder), FixedTiers.all("high").chooser(q),
+                                      qvec=embedder.embed_query(q))
+    assert all(m.tier == "mid" and "ProviderError" in m.note for m in res.modules)
+    assert "Figo" in res.text
+
+
+def test_the_capacity_strategy_needs_three_models() -> None:
+    with pytest.raises(ConfigError, match="three models"):
+        TieredPipeline(None, None, TierSettings(strategy="capacity"))
+    with pytest.raises(ConfigError, match="unknown tier strategy"):
+        TierSettings(strategy="bigger")  # type: ignore[arg-type]
+
+
+def test_the_reasoning_strategy_asks_one_model_in_three_ways(embedder) -> None:  # type: ignore[no-untyped-def]
+    llm = ScriptedLLM(lambda m: '<answer>["Dana - adopted - Figo"]</answer>')
+    q = "What is the name of Dana's cat?"
+    for tier, cue in (("low", "and nothing else"), ("mid", "step by step"), ("high", "PLAN")):
+        llm.calls.clear()
+        TieredPipeline(llm, embedder, TierSettings(strategy="reasoning", keep=2)).run(
+            q, chunks(embedder), FixedTiers({m: tier for m in MODULES}).chooser(q),
+            qvec=embedder.embed_query(q))
+        entity_prompt = next(c[0]["content"] for c in llm.calls if "relationships" in c[0]["content"])
+        assert cue in entity_prompt
+
+
+# -- through Memory.ask ------------------------------------------------------------------------
+
+def test_ask_with_the_tiered_agent_lists_each_modules_tier_on_the_receipt(memory) -> None:  # type: ignore[no-untyped-def]
+    llm = ScriptedLLM("<answer>Figo</answer>")
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=llm, mode="deep",
+                     agent="tiered", tier_cap="low")
+    r = ans.receipt
+    assert ans.text == "Figo" and r.path == "deep"
+    assert [m.module for m in r.modules] == list(MODULES) and {m.tier for m in r.modules} == {"low"}
+    lever = next(lv for lv in r.levers if lv.name == "tiers")
+    assert "heuristic" in lever.detail and lever.cost_usd == pytest.approx(sum(m.cost_usd for m in r.modules))
+    assert "tiers" in r.stages_ms and len(llm.calls) == 1  # untrained default: no module LLM call
+
+
+def test_the_tiered_agent_refuses_what_it_cannot_honour(memory) -> None:  # type: ignore[no-untyped-def]
+    llm = ScriptedLLM("<answer>Figo</answer>")
+    with pytest.raises(InvalidQueryError, match="deep path"):
+        memory.ask("cat?", scope="dana", llm=llm, agent="tiered")
+    with pytest.raises(InvalidQueryError, match="tier_cap"):
+        memory.ask("cat?", scope="dana", llm=llm, mode="deep", agent="tiered", tier_cap="max")  # type: ignore[arg-type]
+    with pytest.raises(InvalidQueryError, match="agent='tiered' only"):
+        memory.ask("cat?", scope="dana", llm=llm, mode="deep", lam=0.3)
+
+
+def test_the_heuristic_default_reads_the_question() -> None:
+    h = HeuristicTiers()
+    assert h.tiers("When did Dana adopt the cat?")["temporal"] == "mid"
+    assert h.tiers("What is the cat called?")["temporal"] == "low"
+    assert "high" not in h.tiers("Who is Dana's sister?").values()
+
+
+# -- the policy: numpy inference matches torch; files; nearest lambda ---------------------------
+
+def test_the_numpy_policy_computes_what_the_trained_network_computes(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    from suffice._train.tiers import _net, export
+
+    desc = embedder.embed(["a", "b", "c", "d", "e"])
+    net = _net(384, 32, desc, seed=1)
+    for p in net.parameters():  # move off the near-uniform start so the test means something
+        p.data.normal_(0, 0.3)
+    policy = export(net, 0.3, embedder.name)
+    rng = np.random.default_rng(0)
+    for i, m in enumerate(MODULES):
+        q, x = rng.normal(size=384).astype(np.float32), rng.normal(size=384).astype(np.float32)
+        logits, _ = net(torch.tensor(i), torch.from_numpy(q), torch.from_numpy(x))
+        want = torch.softmax(logits, -1).detach().numpy()
+        assert np.allclose(policy.probs(m, q, x), want, atol=1e-5)
+    policy.save(tmp_path / "tiers-0.3.npz", note="x")
+    weights = dict(np.load(tmp_path / "tiers-0.3.npz"))
+    TierPolicy(weights, lam=0.9, encoder="e").save(tmp_path / "tiers-0.9.npz")
+    assert load_tier_policy(tmp_path, 0.5).lam == 0.3 and load_tier_policy(tmp_path, 0.8).lam == 0.9
+    assert json.loads((tmp_path / "tiers-0.3.json").read_text())["note"] == "x"
+    with pytest.raises(ConfigError, match="no tier policy"):
+        load_tier_policy(tmp_path / "nowhere")
+
+
+# -- rewards and PPO ---------------------------------------------------------------------------
+
+def test_cost_rewards_run_from_one_for_the_cheapest_to_zero_for_the_dearest() -> None:
+    from suffice._train.tiers import CostWindow, ScaleAligner
+
+    w = CostWindow(size=100)
+    w.push([float(c) for c in range(1, 101)])
+    assert w.reward(0.0) == 1.0 and w.reward(1e6) == 0.0 and 0 < w.reward(30.0) < 1
+    w.push([5.0] * 100)  # the window slides: only the last 100 costs count
+    assert w.costs == [5.0] * 100 and CostWindow.from_state(w.state()).costs == w.costs
+    a = ScaleAligner()
+    a.push([0.0, 1.0, 0.0, 1.0], [0.4, 0.6, 0.4, 0.6])
+    assert a.kappa() == pytest.approx(0.2)
+    assert ScaleAligner(enabled=False).kappa() == 1.0
+
+
+class PricedTiers:
+    """A stand-in pipeline for the trainer (unit test only): Low costs 0, Mid 1, High 3 a
+    module, and only a High summary gets the task right."""
+
+    cache = ModuleCache()
+
+    def run(self, question, chunks, choose, *, qvec, **kw):  # type: ignore[no-untyped-def]
+        from suffice._pipeline import ModuleReceipt, PipelineResult
+
+        rng = np.random.default_rng(abs(hash(question)) % 2**32)
+        receipts, states = [], []
+        for m in MODULES:
+            x = rng.normal(size=qvec.shape[0]).astype(np.float32)
+            states.append((m, x))
+            t = ("low", "mid", "high")[choose(m, qvec, x)]
+            receipts.append(ModuleReceipt(m, t, t, "priced", 0, 0, 1.0, {"low": 0, "mid": 1, "high": 3}[t]))
+        text = "zebra" if receipts[-1].tier == "high" else "no idea"
+        return PipelineResult(text, tuple(receipts), (), (), {}, tuple(states))
+
+
+def test_ppo_learns_to_pay_for_a_tier_only_when_cost_does_not_matter(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    from suffice._train.tiers import PPOConfig, TierQuestion, train_tiers
+
+    rng = np.random.default_rng(0)
+    qs = [TierQuestion(f"q{i}", f"g{i % 4}", f"question {i}", "zebra", (),
+                       rng.normal(size=384).astype(np.float32)) for i in range(24)]
+    train, val = [q for q in qs if q.group != "g3"], [q for q in qs if q.group == "g3"]
+    runs = {lam: train_tiers(PricedTiers(), embedder, train, val,  # type: ignore[arg-type]
+                             PPOConfig(lam=lam, epochs=30, batch=18, lr=3e-3), tmp_path / f"{lam}.npz",
+                             score=lambda q, r: float(r.text == q.answer))
+            for lam in (0.0, 5.0)}
+    free, dear = runs[0.0]["val"], runs[5.0]["val"]
+    assert free["tiers"]["summary"][2] == 1.0 and free["task"] == 1.0   # pays for what scores
+    assert dear["tiers"]["summary"][0] == 1.0 and dear["cost_usd"] < free["cost_usd"]  # not when dear
+    assert all(dear["tiers"][m][0] > 0.5 for m in MODULES)  # and shifts every module towards Low
+    card = json.loads((tmp_path / "5.0.json").read_text())
+    assert card["cost_window"]["costs"] and card["aligner"]["enabled"]  # reward state kept with it
+    with pytest.raises(ConfigError, match="both"):
+        train_tiers(PricedTiers(), embedder, train, train, PPOConfig(), tmp_path / "x.npz",  # type: ignore[arg-type]
+                    score=lambda q, r: 0.0)
+
+
+def test_a_day_without_a_date_gets_no_invented_date() -> None:
+    from suffice._pipeline.modules import _resolved
+
+    assert _resolved("last weekend", None) == ""
+    assert _resolved("yesterday", date(2025, 4, 11)) == "10 April 2025"
