@@ -202,3 +202,20 @@ def test_retrieval_settings_before_the_command_apply_to_it_and_bad_ones_are_one_
     assert r.exit_code == 2 and "dense_weight" in r.output and "Traceback" not in r.output
     r = run("--retrieval", "no_such_knob=1", "--db", db, "search", "cat name", "-s", "dana")
     assert r.exit_code == 2 and "no_such_knob" in r.output
+
+
+def test_ask_tiered_prints_each_modules_tier_and_cost(db):
+    from llm_server import FakeOpenAI, Reply
+
+    run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana")
+    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--lam", "0.3")
+    assert r.exit_code == 2 and "--lam and --tier-cap go with --tiered" in r.output
+    from llm_server import chat_body
+
+    with FakeOpenAI([Reply(body=chat_body("<answer>Figo</answer>"))] * 4) as srv:
+        r = run("--db", db, "ask", "What is the cat called?", "-s", "dana", "--mode", "deep", "--tiered",
+                "--tier-cap", "low", "--provider", "http", "--base-url", srv.base_url, "--model", "m")
+    assert r.exit_code == 0, r.output
+    assert "Figo" in r.output
+    for module in ("filter", "entity", "temporal", "topic", "summary"):
+        assert f"module {module}: low by rules" in r.output

@@ -116,6 +116,7 @@ def test_a_high_tier_that_cannot_be_read_falls_back_one_tier_and_says_so(embedde
                                       qvec=embedder.embed_query(q))
     filt = res.modules[0]
     assert filt.asked == "high" and filt.tier == "mid" and "fell back to mid" in filt.note
+    assert filt.input_tokens > 0 and filt.output_tokens > 0  # the failed call is paid for too
     assert res.modules[1].tier == "high"  # "I am not sure" is a (poor) fact line, not a failure
 
 

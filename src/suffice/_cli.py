@@ -705,6 +705,13 @@ def ask(
     timeout: Annotated[float | None, typer.Option(
         help="Seconds for the whole query, every model call included; then it answers from what it has.")
     ] = None,
+    tiered: Annotated[bool, typer.Option("--tiered", help=(
+        "The deep path reads through the tier pipeline (filter, entity/temporal/topic, "
+        "summary) at the tiers a policy picks ($SUFFICE_TIERS, else the heuristic default)."))] = False,
+    lam: Annotated[float | None, typer.Option(help="With --tiered: the cost weight of the policy to use.")
+                   ] = None,
+    tier_cap: Annotated[str | None, typer.Option(help="With --tiered: no module above low, mid or high.")
+                        ] = None,
     provider: ProviderOpt = "local",
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
@@ -727,9 +734,14 @@ def ask(
             from ._route import LMRouter, ScoreRouter, TrainedRouter
             rt = (LMRouter(llm) if router == "lm" else ScoreRouter() if router == "signals"
                   else TrainedRouter(router))
+        tiers: dict[str, Any] = {}
+        if tiered:
+            tiers = {"agent": "tiered", "lam": lam, "tier_cap": tier_cap}
+        elif lam is not None or tier_cap is not None:
+            fail("--lam and --tier-cap go with --tiered")
         ans = mem.ask(question, **where(scope, user, agent, run), llm=llm, deep_llm=deep_llm,
                       mode=mode, router=rt,
-                      tau=tau, budget=budget, timeout=timeout,
+                      tau=tau, budget=budget, timeout=timeout, **tiers,
                       **filters(session, speaker, kind, since, until, meta))
         r = ans.receipt
         if as_json:
@@ -746,6 +758,10 @@ def ask(
             f"{r.output_tokens} out tokens, ${r.cost_usd:.5f} | {r.t_e2e_ms:.0f} ms end to end, "
             f"{r.t_mem_ms:.0f} ms memory", "dim")
         say("stages: " + ", ".join(f"{k} {v:.0f} ms" for k, v in r.stages_ms.items()), "dim")
+        for m in r.modules:
+            fell = f" (asked {m.asked})" if m.asked != m.tier else ""
+            say(f"module {m.module}: {m.tier}{fell} by {m.model}, {m.input_tokens} in + "
+                f"{m.output_tokens} out tokens, {m.latency_ms:.0f} ms, ${m.cost_usd:.2e}", "dim")
         for b in r.blocks:
             say(f"block {b.block} items {b.first_seq}-{b.last_seq}: {b.why}; "
                 f"{'relevant' if b.relevant else 'nothing relevant'} ({b.latency_ms:.0f} ms)", "dim")

@@ -22,10 +22,10 @@ import numpy as np
 from cachetools import LRUCache
 
 from .._embed.protocol import Embedder
-from .._errors import ConfigError, OutputParseError, SufficeError
+from .._errors import ConfigError, OutputParseError, ProviderError, SufficeError
 from .._llm.base import LLM, CallRecord, Ledger
 from .._llm.parse import extract_answer
-from .._prompts import REASONING_MAX_TOKENS, Reasoning, tier_messages
+from .._prompts import PROMPTS_VERSION, REASONING_MAX_TOKENS, Reasoning, tier_messages
 from .._tokens import count_tokens, truncate
 from .chunks import Chunk
 from .modules import (
@@ -205,6 +205,8 @@ class TieredPipeline:
         self._rate = self.settings.cpu_usd_per_hour / 3.6e6  # USD per millisecond
         self._vectors: LRUCache[str, np.ndarray] = LRUCache(maxsize=4096)
         self._lock = threading.Lock()
+        self._calls = threading.local()
+        """The model calls of the rung running on this thread (a failed rung is paid for too)."""
 
     # -- one question ---------------------------------------------------------------------------
 
@@ -325,37 +327,51 @@ class TieredPipeline:
     def _module(self, module: Module, tier: Tier, key_in: str, low: Callable[[], Any],
                 mid: Callable[[], Any], llm: Callable[[LLM, Reasoning], tuple[Any, CallRecord]],
                 ledger: Ledger | None) -> tuple[Any, ModuleReceipt]:
+        """Run the module at ``tier``, falling down the ladder on failure. A failed rung is
+        paid for too: its tokens and time go on the receipt of the rung that answered (and
+        the failure is cached, so a replay costs what the first attempt cost)."""
         s = self.settings
         ladder = self._ladder(tier)
         notes: list[str] = []
+        spent = {"in": 0, "out": 0, "ms": 0.0, "usd": 0.0}
         for step, (name, model_name, run) in enumerate(ladder):
-            key = ModuleCache.key(module, name, s.strategy, model_name, key_in)
+            key = ModuleCache.key(module, name, s.strategy, model_name, PROMPTS_VERSION, key_in)
             hit = self.cache.get(key)
-            if hit is not None:
-                rec = ModuleReceipt(module, name, tier, model_name, hit["in"], hit["out"], hit["ms"],
-                                    hit["usd"], cached=True, note="; ".join(notes))
-                self._ledger(ledger, rec)
-                return hit["value"], rec
-            t0 = time.perf_counter()
-            try:
-                value, record = run(low, mid, llm)
-            except (SufficeError, ValueError, KeyError, IndexError) as exc:
+            cached = hit is not None
+            if hit is None:
+                self._calls.records = []
+                t0 = time.perf_counter()
+                try:
+                    value, record = run(low, mid, llm)
+                except (SufficeError, ValueError, KeyError, IndexError) as exc:
+                    hit = self._spent(t0, {"failed": f"{type(exc).__name__}: {str(exc)[:80]}"})
+                    self.cache.put(key, hit)
+                else:
+                    hit = self._spent(t0, {"value": value}, record)
+                    self.cache.put(key, hit)
+            for k in spent:
+                spent[k] += hit[k]
+            if "failed" in hit:
                 if step == len(ladder) - 1:
-                    raise
-                notes.append(f"{name} tier failed ({type(exc).__name__}: {str(exc)[:80]}); "
-                             f"fell back to {ladder[step + 1][0]}")
+                    raise ProviderError(f"every tier of the {module} module failed; last: {hit['failed']}")
+                notes.append(f"{name} tier failed ({hit['failed']}); fell back to {ladder[step + 1][0]}")
                 continue
-            ms = (time.perf_counter() - t0) * 1e3 if record is None else record.latency_ms
-            tin = record.input_tokens if record is not None else 0
-            tout = record.output_tokens if record is not None else 0
-            usd = (record.cost_usd if record is not None else 0.0) + ms * self._rate
-            self.cache.put(key, {"value": value, "in": tin, "out": tout, "ms": ms, "usd": usd})
-            rec = ModuleReceipt(module, name, tier, model_name, tin, tout, ms, usd,
-                                cached=record.cached if record is not None else False,
-                                note="; ".join(notes))
+            rec = ModuleReceipt(module, name, tier, model_name, int(spent["in"]), int(spent["out"]),
+                                spent["ms"], spent["usd"], cached=cached, note="; ".join(notes))
             self._ledger(ledger, rec)
-            return value, rec
-        raise AssertionError("unreachable: the last rung re-raises")
+            return hit["value"], rec
+        raise AssertionError("unreachable: the last rung raises")
+
+    def _spent(self, t0: float, out: dict[str, Any], record: CallRecord | None = None) -> dict[str, Any]:
+        """What a rung cost: its model calls' tokens, time and price when it made any (a
+        replayed call keeps its recorded time), else its wall time; time at the CPU price."""
+        calls = list(self._calls.records)
+        if record is not None and record not in calls:
+            calls.append(record)
+        ms = sum(c.latency_ms for c in calls) if calls else (time.perf_counter() - t0) * 1e3
+        usd = sum(c.cost_usd for c in calls) + ms * self._rate
+        return {**out, "in": sum(c.input_tokens for c in calls), "out": sum(c.output_tokens for c in calls),
+                "ms": ms, "usd": usd}
 
     def _ladder(self, tier: Tier) -> list[tuple[str, str, Callable[..., tuple[Any, CallRecord | None]]]]:
         """The rungs a module tries, starting at ``tier`` and going down: (tier that answers,
@@ -405,6 +421,7 @@ class TieredPipeline:
                            ledger=own, deadline=deadline).text
         record = own.records[-1] if own.records else CallRecord(
             model.model, f"tier_{module}", count_tokens(material), count_tokens(reply), 0.0, 0.0)
+        self._calls.records = [*getattr(self._calls, "records", []), record]
         return reply, record
 
     def _vector(self, text: str) -> np.ndarray:
