@@ -1224,6 +1224,9 @@ def train_tiers_cmd(
                     f"cost ${rep['val']['cost_usd']:.2e}, {rep['train_s']:.0f} s; module cache "
                     f"{rep['cache_hits']} hits / {rep['cache_misses']} misses")
                 reports.append(rep)
+        if reports:
+            for name, v in reports[-1]["fixed_val"].items():
+                say(f"{name} on the validation questions: task {v['task']:.3f}, cost ${v['cost_usd']:.2e}")
         if json_out is not None:
             from ._bench.report import envelope, write_json
             write_json(json_out, envelope("train_tiers", "locomo", str(data or "shared copy"),

@@ -251,10 +251,13 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
     history: list[dict[str, Any]] = []
     best: tuple[float, dict[str, Any]] | None = None
 
-    def run(q: TierQuestion, greedy: bool) -> Episode:
+    def run(q: TierQuestion, greedy: bool, fixed: int | None = None) -> Episode:
         picks: list[int] = []
 
         def choose(module: str, qv: np.ndarray, x: np.ndarray) -> int:
+            if fixed is not None:
+                picks.append(fixed)
+                return fixed
             with torch.no_grad():
                 logits, _ = net(torch.tensor(MODULES.index(module)), torch.from_numpy(qv),
                                 torch.from_numpy(x))
@@ -269,8 +272,8 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
         return Episode(q.key, tuple(picks), tuple(x for _, x in res.states), score(q, res),
                        res.cost_usd)
 
-    def evaluate(questions: Sequence[TierQuestion]) -> dict[str, Any]:
-        eps = [run(q, greedy=True) for q in questions]
+    def evaluate(questions: Sequence[TierQuestion], fixed: int | None = None) -> dict[str, Any]:
+        eps = [run(q, greedy=True, fixed=fixed) for q in questions]
         kappa = aligner.kappa()
         task = float(np.mean([e.task for e in eps]))
         rc = float(np.mean([window.reward(e.cost) for e in eps]))
@@ -338,7 +341,10 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
             policy.save(out, val=report, epoch=epoch, config=dataclasses.asdict(config),
                         cost_window=window.state(), aligner=aligner.state())
     assert best is not None
+    # The fixed pipelines on the same validation questions, scored with the final reward state.
+    fixed = {f"all-{t}": evaluate(val, fixed=i) for i, t in enumerate(("low", "mid", "high"))}
     return {"lam": config.lam, "align": config.align, "best_epoch": best[1]["epoch"], "val": best[1],
+            "fixed_val": fixed,
             "train_s": time.perf_counter() - t0, "episodes": config.epochs * len(train),
             "cache_hits": pipeline.cache.hits, "cache_misses": pipeline.cache.misses,
             "history": history, "out": str(out)}
