@@ -254,14 +254,15 @@ def aggregate_messages(question: str, notes: Sequence[str] | str) -> list[Messag
 
 # -- tiered memory pipeline (BudgetMem's modules) --------------------------------------------
 
+TIER_PROMPTS_VERSION = "t1"
+"""Changes whenever a tier prompt below changes: module outputs are cached under it."""
+
 TierModule = Literal["filter", "entity", "temporal", "topic", "summary"]
 Reasoning = Literal["direct", "step", "plan"]
 
 _TIER_TASKS: dict[str, str] = {
     "filter": (
-        "You rate how useful each numbered excerpt of a long history is for answering a "
-        "question: 10 when it states the answer, 5 when it gives useful context, 0 when it has "
-        "nothing to do with the question."),
+        "You pick which numbered excerpts of a long history help answer a question."),
     "entity": (
         "You pull out the relationships between people, places, things and events in the "
         "excerpts that matter for the question, each as a short line 'A - relation - B (date)'. "
@@ -280,7 +281,7 @@ _TIER_TASKS: dict[str, str] = {
 }
 
 _TIER_OUTPUT: dict[str, str] = {
-    "filter": "a JSON list with one integer per excerpt, in excerpt order, e.g. [7, 0, 3]",
+    "filter": "the numbers of the helpful excerpts, most helpful first, e.g. [4, 1]",
     "entity": 'a JSON list of short strings, e.g. ["Ann - adopted - a dog (May 2023)"]; [] if none',
     "temporal": 'a JSON list of short strings, e.g. ["Ann ran a marathon on 6 May 2023"]; [] if none',
     "topic": 'a JSON list of short strings, e.g. ["Ann and Bo discussed pottery (June 2023)"]; [] if none',
@@ -355,6 +356,7 @@ __all__ = [
     "NOT_MENTIONED",
     "PROMPTS_VERSION",
     "REASONING_MAX_TOKENS",
+    "TIER_PROMPTS_VERSION",
     "Reasoning",
     "STYLES",
     "SUFFICIENCY_CHOICES",

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from spacy.tokens import Doc
 
 __all__ = ["FACT_MODULES", "MODULES", "TIERS", "Module", "Strategy", "Tier", "digest",
-           "fact_lines", "keyword_filter", "load_spacy", "parse_facts", "parse_scores",
+           "fact_lines", "keyword_filter", "load_spacy", "parse_facts", "parse_picks",
            "rule_facts", "spacy_facts", "similarity_filter"]
 
 Module = Literal["filter", "entity", "temporal", "topic", "summary"]
@@ -95,17 +95,18 @@ def similarity_filter(question: str, qvec: np.ndarray | None, chunks: Sequence[C
 _INT = re.compile(r"-?\d+(?:\.\d+)?")
 
 
-def parse_scores(reply: str, n: int) -> list[float]:
-    """One score per excerpt from an LLM filter's reply; OutputParseError unless there are ``n``."""
+def parse_picks(reply: str, n: int) -> list[int]:
+    """The excerpts an LLM filter picked (0-based, in its order); OutputParseError when it
+    picked none of the ``n`` there are."""
     span = extract_answer(reply)
-    try:
-        value = json.loads(strip_fences(span))
-        nums = [float(v) for v in value] if isinstance(value, list) else []
-    except (ValueError, TypeError):
-        nums = [float(x) for x in _INT.findall(span)]
-    if len(nums) != n:
-        raise OutputParseError(f"expected {n} scores, got {len(nums)}: {span[:120]!r}")
-    return nums
+    picks: list[int] = []
+    for x in _INT.findall(span):
+        i = int(float(x)) - 1
+        if 0 <= i < n and i not in picks:
+            picks.append(i)
+    if not picks:
+        raise OutputParseError(f"the filter picked no excerpt of {n}: {span[:120]!r}")
+    return picks
 
 
 # -- facts: rules (Low) ------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .._embed.protocol import Embedder
 from .._errors import ConfigError, OutputParseError, ProviderError, SufficeError
 from .._llm.base import LLM, CallRecord, Ledger
 from .._llm.parse import extract_answer
-from .._prompts import PROMPTS_VERSION, REASONING_MAX_TOKENS, Reasoning, tier_messages
+from .._prompts import REASONING_MAX_TOKENS, TIER_PROMPTS_VERSION, Reasoning, tier_messages
 from .._tokens import count_tokens, truncate
 from .chunks import Chunk
 from .modules import (
@@ -38,7 +38,7 @@ from .modules import (
     digest,
     keyword_filter,
     parse_facts,
-    parse_scores,
+    parse_picks,
     rule_facts,
     similarity_filter,
     spacy_facts,
@@ -257,12 +257,12 @@ class TieredPipeline:
             return similarity_filter(question, qvec, chunks, k)
 
         def llm(model: LLM, style: Reasoning) -> tuple[list[int], CallRecord]:
-            material = "\n\n".join(f"Excerpt {i + 1}: " + truncate(c.text(), 60)
-                                     for i, c in enumerate(chunks))
+            # Turns without their date headers: a small model otherwise copies a date back.
+            material = "\n\n".join(
+                f"Excerpt {i + 1}:\n" + truncate("\n".join(f"{it.speaker}: {it.text}" for it in c.items), 60)
+                for i, c in enumerate(chunks))
             reply, record = self._chat("filter", model, style, question, material, deadline)
-            scores = parse_scores(reply, len(chunks))
-            order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
-            return order[:k], record
+            return parse_picks(reply, len(chunks))[:k], record
 
         key_in = question + "\x1f" + "|".join(c.key() for c in chunks)
         out, rec = self._module("filter", tier, key_in, low, mid, llm, ledger)
@@ -335,7 +335,7 @@ class TieredPipeline:
         notes: list[str] = []
         spent = {"in": 0, "out": 0, "ms": 0.0, "usd": 0.0}
         for step, (name, model_name, run) in enumerate(ladder):
-            key = ModuleCache.key(module, name, s.strategy, model_name, PROMPTS_VERSION, key_in)
+            key = ModuleCache.key(module, name, s.strategy, model_name, TIER_PROMPTS_VERSION, key_in)
             hit = self.cache.get(key)
             cached = hit is not None
             if hit is None:
