@@ -269,3 +269,11 @@ def test_a_day_without_a_date_gets_no_invented_date() -> None:
 
     assert _resolved("last weekend", None) == ""
     assert _resolved("yesterday", date(2025, 4, 11)) == "10 April 2025"
+
+
+def test_a_date_hanging_off_a_verbless_sentence_still_yields_a_time_fact() -> None:
+    pytest.importorskip("spacy")
+    # The date's head chain ends at a noun root: the walk up must stop there, not loop.
+    facts = spacy_facts("temporal", "When was the fun weekend?",
+                        [Chunk((item(0, "Such a fun weekend, last month."),))])
+    assert any("March 2025" in f for f in facts)

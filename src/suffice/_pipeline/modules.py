@@ -264,7 +264,8 @@ def spacy_facts(module: Module, question: str, chunks: Sequence[Chunk],
                 if ent.label_ not in ("DATE", "TIME", "EVENT"):
                     continue
                 verb = ent.root.head
-                while verb.pos_ not in ("VERB", "AUX") and verb.head is not verb:
+                # spaCy makes a new Token object on every access: compare positions, not identity
+                while verb.pos_ not in ("VERB", "AUX") and verb.head.i != verb.i:
                     verb = verb.head
                 subjects = [c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass")]
                 who = _span_text(subjects[0], it.speaker) if subjects else (it.speaker or "someone")
