@@ -1235,7 +1235,9 @@ def train_tiers_cmd(
                                            "train_questions": len(train), "val_questions": len(val),
                                            "val_conv": val_conv, "excluded": sorted(skip),
                                            "wall_s": time.perf_counter() - t0},
-                                          {"runs": reports}))
+                                          {"runs": [{**r, "history": [h for h in r["history"]
+                                                                       if "val" in h or h["batch"] == 0]}
+                                                    for r in reports]}))
 
 
 def _default_encoder_name() -> str:
