@@ -1,10 +1,11 @@
 """``suffice bench tiers``: quality against cost for tier policies and fixed pipelines.
 
 Every configuration answers the same questions through ``Memory.ask(mode="deep",
-agent="tiered")`` with the real reader; a record per (configuration, question) goes to a JSONL
-file, so a run resumes where it stopped and a configuration added later costs only its own
-calls. Module outputs and model calls are cached, and replays keep the cost they were measured
-at, so the cost axis is the same on a rerun.
+agent="tiered")`` with the real reader. Cost and time are the pipeline's, as measured when each
+module call was first made (a replay keeps them); ``t_e2e_ms`` in the records is wall time,
+which a replayed answer call shortens, so the summary does not use it. A record per
+(configuration, question) goes to a JSONL file, so a run resumes where it stopped and a
+configuration added later costs only its own calls; the cost axis is the same on a rerun.
 """
 
 from __future__ import annotations
@@ -107,12 +108,12 @@ def summarize(path: Path, keys: set[str] | None = None) -> dict[str, Any]:
 def format_summary(s: dict[str, Any]) -> str:
     lines = [f"{s['n_common']} questions answered by every configuration",
              f"{'config':<22}{'F1':>7}  {'95% CI':<15}{'pipeline $':>12}{'pipeline s':>11}"
-             f"{'T_e2e s':>9}  tiers (share Low/Mid/High per module)"]
+             f"{'fell back':>10}  tiers (share Low/Mid/High per module)"]
     for name, r in sorted(s["configs"].items(), key=lambda kv: kv[1]["pipeline_usd"]):
         lo, hi = r["f1_ci"]
         tiers = " ".join(f"{m[:3]}:" + "/".join(f"{r['tiers'][m][t]:.0%}" for t in TIERS) for m in MODULES)
         lines.append(f"{name:<22}{r['f1']:>7.1f}  [{lo:5.1f},{hi:5.1f}]  {r['pipeline_usd']:>12.2e}"
-                     f"{r['pipeline_ms'] / 1e3:>11.2f}{r['t_e2e_ms'] / 1e3:>9.1f}  {tiers}")
+                     f"{r['pipeline_ms'] / 1e3:>11.2f}{r['fell_back']:>10}  {tiers}")
     return "\n".join(lines)
 
 
