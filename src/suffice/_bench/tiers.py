@@ -102,18 +102,27 @@ def summarize(path: Path, keys: set[str] | None = None) -> dict[str, Any]:
             "degraded": sum(bool(r["degraded"]) for r in got),
             "tiers": shares,
         }
-    return {"n_common": len(common), "configs": rows}
+    fixed = {n: r for n, r in rows.items() if n.startswith("all-")}
+    best = max(fixed, key=lambda n: fixed[n]["f1"]) if fixed else None
+    if best is not None:
+        shared = sorted(common)
+        for name, r in rows.items():
+            diffs = [100 * (by[name][k]["f1"] - by[best][k]["f1"]) for k in shared]
+            r["vs_best_fixed"] = {"config": best, "delta_f1": float(np.mean(diffs)), "ci": _ci(diffs)}
+    return {"n_common": len(common), "configs": rows, "best_fixed": best}
 
 
 def format_summary(s: dict[str, Any]) -> str:
     lines = [f"{s['n_common']} questions answered by every configuration",
              f"{'config':<22}{'F1':>7}  {'95% CI':<15}{'pipeline $':>12}{'pipeline s':>11}"
-             f"{'fell back':>10}  tiers (share Low/Mid/High per module)"]
+             f"{'fell back':>10}  {'vs best fixed':<22}tiers (share Low/Mid/High per module)"]
     for name, r in sorted(s["configs"].items(), key=lambda kv: kv[1]["pipeline_usd"]):
         lo, hi = r["f1_ci"]
         tiers = " ".join(f"{m[:3]}:" + "/".join(f"{r['tiers'][m][t]:.0%}" for t in TIERS) for m in MODULES)
+        v = r.get("vs_best_fixed")
+        vs = f"{v['delta_f1']:+.1f} [{v['ci'][0]:+.1f},{v['ci'][1]:+.1f}]" if v else ""
         lines.append(f"{name:<22}{r['f1']:>7.1f}  [{lo:5.1f},{hi:5.1f}]  {r['pipeline_usd']:>12.2e}"
-                     f"{r['pipeline_ms'] / 1e3:>11.2f}{r['fell_back']:>10}  {tiers}")
+                     f"{r['pipeline_ms'] / 1e3:>11.2f}{r['fell_back']:>10}  {vs:<22}{tiers}")
     return "\n".join(lines)
 
 
