@@ -277,3 +277,25 @@ def test_a_date_hanging_off_a_verbless_sentence_still_yields_a_time_fact() -> No
     facts = spacy_facts("temporal", "When was the fun weekend?",
                         [Chunk((item(0, "Such a fun weekend, last month."),))])
     assert any("March 2025" in f for f in facts)
+
+
+def test_the_tier_benchmark_compares_on_shared_questions_and_pairs_with_the_best_fixed(tmp_path) -> None:
+    from suffice._bench import tiers as bt
+
+    def rec(variant: str, key: str, f1: float, usd: float, tier: str) -> str:
+        t = {m: tier for m in MODULES}
+        return json.dumps({"variant": variant, "key": key, "f1": f1, "pipeline_usd": usd, "pipeline_ms": 1.0,
+                           "t_e2e_ms": 1.0, "degraded": False, "tiers": t, "answered_at": t})
+
+    lines = [rec("all-low", k, 0.2, 1e-7, "low") for k in "abc"]
+    lines += [rec("all-mid", k, 0.5, 1e-5, "mid") for k in "abc"]
+    lines += [rec("policy", k, f, 1e-6, "low") for k, f in zip("ab", (0.6, 0.7), strict=True)]  # c not yet
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    s = bt.summarize(path)
+    assert s["n_common"] == 2 and s["best_fixed"] == "all-mid"
+    assert s["configs"]["policy"]["vs_best_fixed"]["delta_f1"] == pytest.approx(15.0)
+    assert s["configs"]["all-low"]["tiers"]["filter"]["low"] == 1.0
+    pytest.importorskip("matplotlib")
+    bt.plot(s, tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 0
