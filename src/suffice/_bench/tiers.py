@@ -151,17 +151,26 @@ def plot(s: dict[str, Any], png: Path) -> None:
     ax.legend(fontsize=7)
     names = [n for _, _, n in learned]
     width = 0.8 / max(len(names), 1)
+    ticks, labels = [], []
     for j, n in enumerate(names):
         low = [rows[n]["tiers"][m]["low"] for m in MODULES]
         mid = [rows[n]["tiers"][m]["mid"] for m in MODULES]
         high = [rows[n]["tiers"][m]["high"] for m in MODULES]
         xs = np.arange(len(MODULES)) + j * width
-        bx.bar(xs, low, width, color="#9ecae1", edgecolor="k", linewidth=0.3)
-        bx.bar(xs, mid, width, bottom=low, color="#4292c6", edgecolor="k", linewidth=0.3)
-        bx.bar(xs, high, width, bottom=np.add(low, mid), color="#08306b", edgecolor="k", linewidth=0.3)
-    bx.set_xticks(np.arange(len(MODULES)) + 0.4 - width / 2, MODULES)
-    bx.set_ylabel("tier share (light Low, mid Mid, dark High)")
-    bx.set_title("Tiers chosen per module: " + ", ".join(names), fontsize=8)
+        bx.bar(xs, low, width, color="#c6dbef", edgecolor="k", linewidth=0.3, label="Low" if j == 0 else None)
+        bx.bar(xs, mid, width, bottom=low, color="#4292c6", edgecolor="k", linewidth=0.3,
+               label="Mid" if j == 0 else None)
+        bx.bar(xs, high, width, bottom=np.add(low, mid), color="#08306b", edgecolor="k", linewidth=0.3,
+               label="High" if j == 0 else None)
+        ticks += list(xs)
+        labels += [n.replace("policy ", "").replace("heuristic", "heur.")] * len(MODULES)
+    bx.set_xticks(ticks, labels, rotation=90, fontsize=6)
+    for i, m in enumerate(MODULES):
+        bx.text(i + 0.4 - width / 2, 1.02, m, ha="center", fontsize=8)
+    bx.set_ylabel("share of questions")
+    bx.set_ylim(0, 1.1)
+    bx.legend(fontsize=7, loc="lower right")
+    bx.set_title("Tiers chosen, per module and configuration", fontsize=9, pad=14)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
