@@ -156,6 +156,16 @@ MAX_COUNT = 1_000_000
 """Largest k, limit or offset a read takes: far above any real need, far below overflow."""
 
 
+def _check_tiered(mode: str, lam: float | None, cap: str | None) -> None:
+    if mode == "fast":
+        raise InvalidQueryError("agent='tiered' runs on the deep path: use mode='deep' or 'auto'")
+    if lam is not None and (not isinstance(lam, int | float) or isinstance(lam, bool)
+                            or not 0.0 <= lam <= 100.0):
+        raise InvalidQueryError(f"lam must be a number from 0 to 100, got {lam!r}")
+    if cap is not None and cap not in TIERS:
+        raise InvalidQueryError(f"tier_cap must be one of {', '.join(TIERS)}, got {cap!r}")
+
+
 def _check_query(query: object, what: str = "query", *, empty_ok: bool = False) -> str:
     if not isinstance(query, str):
         raise InvalidQueryError(f"{what} must be a string, got {type(query).__name__}")
@@ -570,34 +580,25 @@ class Memory:
         if changes:
             config = config.replace(**changes)
         self._require(ident.scope)
-        router = router or self.router
-        model = llm or self.default_llm()
-        tiered = None
         if agent == "tiered":
-            tiered = self._tiered(model, mode, lam, tier_cap, tiers)
-            agent = None
+            _check_tiered(mode, lam, tier_cap)  # before a model is loaded for nothing
         elif isinstance(agent, str):
             raise InvalidQueryError(f"unknown agent {agent!r}: give 'tiered' or a MemoryAgent")
         elif lam is not None or tier_cap is not None or tiers is not None:
             raise InvalidQueryError("lam, tier_cap and tiers apply to agent='tiered' only")
+        router = router or self.router
+        model = llm or self.default_llm()
+        tiered = None
+        if agent == "tiered":
+            source = tiers or default_tiers(lam, self.embedder.name if self.embedder else "")
+            tiered = TieredAgent(TieredPipeline(model, self.embedder, self.tier_settings, self.tier_cache),
+                                 source, tier_cap)
+            agent = None
         eng = Engine(self._store, self._retriever, self._renderer, model,
                      router=router, agent=agent, deep_llm=deep_llm or self.deep_llm, tiered=tiered)
         return eng.ask(question, scope=ident.scope, mode=mode, config=config,
                        retrieval=_config(retrieval, RetrievalConfig, "retrieval", self.retrieval),
                        render=_config(render, RenderConfig, "render", self.render_config), flt=flt)
-
-    def _tiered(self, model: LLM, mode: str, lam: float | None, cap: Tier | None,
-                tiers: TierSource | None) -> TieredAgent:
-        if mode == "fast":
-            raise InvalidQueryError("agent='tiered' runs on the deep path: use mode='deep' or 'auto'")
-        if lam is not None and (not isinstance(lam, int | float) or isinstance(lam, bool)
-                                or not 0.0 <= lam <= 100.0):
-            raise InvalidQueryError(f"lam must be a number from 0 to 100, got {lam!r}")
-        if cap is not None and cap not in TIERS:
-            raise InvalidQueryError(f"tier_cap must be one of {', '.join(TIERS)}, got {cap!r}")
-        source = tiers or default_tiers(lam, self.embedder.name if self.embedder else "")
-        pipeline = TieredPipeline(model, self.embedder, self.tier_settings, self.tier_cache)
-        return TieredAgent(pipeline, source, cap)
 
     @property
     def router(self) -> SufficiencyRouter | None:
