@@ -299,3 +299,16 @@ def test_the_tier_benchmark_compares_on_shared_questions_and_pairs_with_the_best
     pytest.importorskip("matplotlib")
     bt.plot(s, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_the_capacity_strategy_asks_the_model_of_each_tier(memory) -> None:  # type: ignore[no-untyped-def]
+    small, large = ScriptedLLM('<answer>["small"]</answer>', model="small"), \
+        ScriptedLLM('<answer>["large"]</answer>', model="large")
+    memory.tier_settings = TierSettings(strategy="capacity")
+    memory.tier_models = {"low": small, "mid": small, "high": large}
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", mode="deep", agent="tiered",
+                     llm=ScriptedLLM("<answer>Figo</answer>"),
+                     tiers=FixedTiers({"filter": "low", "entity": "high", "temporal": "low",
+                                       "topic": "low", "summary": "low"}))
+    models = {m.module: m.model for m in ans.receipt.modules}
+    assert models["entity"] == "large" and models["temporal"] == "small"

@@ -240,6 +240,9 @@ class Memory:
         """How ``agent="tiered"`` reads: chunks, kept chunks, summary budget, CPU price."""
         self.tier_cache: ModuleCache | None = None
         """Module outputs kept across ``agent="tiered"`` calls (None: each call starts empty)."""
+        self.tier_models: Mapping[str, LLM] | None = None
+        """The ``low`` / ``mid`` / ``high`` models of the capacity strategy (None: the call's model
+        serves every LLM tier)."""
         self._llm_lock = threading.Lock()
         self._own_llm = False
         """True once ``default_llm`` loaded a model this memory must close."""
@@ -591,8 +594,9 @@ class Memory:
         tiered = None
         if agent == "tiered":
             source = tiers or default_tiers(lam, self.embedder.name if self.embedder else "")
-            tiered = TieredAgent(TieredPipeline(model, self.embedder, self.tier_settings, self.tier_cache),
-                                 source, tier_cap)
+            pipeline = TieredPipeline(self.tier_models or model, self.embedder, self.tier_settings,
+                                      self.tier_cache)
+            tiered = TieredAgent(pipeline, source, tier_cap)
             agent = None
         eng = Engine(self._store, self._retriever, self._renderer, model,
                      router=router, agent=agent, deep_llm=deep_llm or self.deep_llm, tiered=tiered)
