@@ -427,6 +427,15 @@ def bench_render(
                               encoders_from=encoders_from, embedder=configured_embedder()))
 
 
+def cached_reader(provider: str, model: str | None, base_url: str | None, cache: Path | None) -> Any:
+    """:func:`make_reader`, its calls kept in ``cache`` when one is given."""
+    llm = make_reader(provider, model, base_url)
+    if cache is None:
+        return llm
+    from ._llm.cache import CachedLLM
+    return CachedLLM(llm, cache)
+
+
 def make_reader(provider: str, model: str | None, base_url: str | None) -> Any:
     from ._llm import make_llm
     if provider == "local":
@@ -646,12 +655,8 @@ def bench_progressive(
         from ._datasets.locomo import default_path
         convs, items, mem = locomo_run(data, limit, store)
         gold = qa.gold_finder(mem, {i.scope for i in items})
-        llm = make_reader(provider, model, base_url)
-        deep_llm = make_reader(provider, deep_model, base_url) if deep_model else None
-        if cache is not None:
-            from ._llm.cache import CachedLLM
-            llm = CachedLLM(llm, cache)
-            deep_llm = CachedLLM(deep_llm, cache) if deep_llm is not None else None
+        llm = cached_reader(provider, model, base_url, cache)
+        deep_llm = cached_reader(provider, deep_model, base_url, cache) if deep_model else None
         from ._route.trained import TrainedRouter
         trained = [TrainedRouter(d) for d in router_dirs or []]
         for r in trained:
@@ -1077,10 +1082,7 @@ def _tier_setup(store: Path, data: Path | None, provider: str, model: str | None
     """LoCoMo in a store, the reader (cached), and a pipeline sharing one module cache."""
     from ._pipeline import ModuleCache, TieredPipeline
     convs, items, mem = locomo_run(data, limit, store)
-    llm = make_reader(provider, model, base_url)
-    if llm_cache is not None:
-        from ._llm.cache import CachedLLM
-        llm = CachedLLM(llm, llm_cache)
+    llm = cached_reader(provider, model, base_url, llm_cache)
     cache = ModuleCache(module_cache)
     mem.tier_cache = cache
     return convs, items, mem, llm, TieredPipeline(llm, mem.embedder, mem.tier_settings, cache)
@@ -1105,10 +1107,7 @@ def _hotpot_setup(store: Path, data: Path | None, provider: str, model: str | No
     # category 2: the LoCoMo scorer's plain token F1
     items = [QAItem(f"{q.scope}:{q.index}", q.scope, q.index, LocomoQuestion(q.query, q.answer, 2, ()))
              for q in ev.questions(mem) if q.scope in wanted]
-    llm = make_reader(provider, model, base_url)
-    if llm_cache is not None:
-        from ._llm.cache import CachedLLM
-        llm = CachedLLM(llm, llm_cache)
+    llm = cached_reader(provider, model, base_url, llm_cache)
     mem.tier_cache = ModuleCache(module_cache)
     return items, mem, llm
 

@@ -342,12 +342,12 @@ class TieredPipeline:
                 self._calls.records = []
                 t0 = time.perf_counter()
                 try:
-                    value, record = run(low, mid, llm)
+                    value, _ = run(low, mid, llm)
                 except (SufficeError, ValueError, KeyError, IndexError) as exc:
                     hit = self._spent(t0, {"failed": f"{type(exc).__name__}: {str(exc)[:80]}"})
                     self.cache.put(key, hit)
                 else:
-                    hit = self._spent(t0, {"value": value}, record)
+                    hit = self._spent(t0, {"value": value})
                     self.cache.put(key, hit)
             for k in spent:
                 spent[k] += hit[k]
@@ -362,12 +362,11 @@ class TieredPipeline:
             return hit["value"], rec
         raise AssertionError("unreachable: the last rung raises")
 
-    def _spent(self, t0: float, out: dict[str, Any], record: CallRecord | None = None) -> dict[str, Any]:
-        """What a rung cost: its model calls' tokens, time and price when it made any (a
-        replayed call keeps its recorded time), else its wall time; time at the CPU price."""
+    def _spent(self, t0: float, out: dict[str, Any]) -> dict[str, Any]:
+        """What a rung cost: the tokens, time and price of the model calls it made (each goes
+        through :meth:`_chat`; a replayed call keeps its recorded time), else its wall time;
+        time at the CPU price."""
         calls = list(self._calls.records)
-        if record is not None and record not in calls:
-            calls.append(record)
         ms = sum(c.latency_ms for c in calls) if calls else (time.perf_counter() - t0) * 1e3
         usd = sum(c.cost_usd for c in calls) + ms * self._rate
         return {**out, "in": sum(c.input_tokens for c in calls), "out": sum(c.output_tokens for c in calls),
