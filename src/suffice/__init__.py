@@ -3,6 +3,8 @@
 Everything public is importable from here; modules whose names start with ``_`` are internal.
 """
 
+from ._access import ApiKey, Grant, KeyRing
+from ._adapter import FittedMessages
 from ._api import AsyncMemory, Memory
 from ._config import EngineConfig, RenderConfig, RetrievalConfig, StoreConfig
 from ._deep import AgentNote, MemoryAgent
@@ -17,6 +19,9 @@ from ._embed import (
 )
 from ._engine import Answer, BlockReceipt, Receipt
 from ._errors import (
+    AccessDeniedError,
+    AccessError,
+    AuthenticationError,
     BudgetError,
     ConfigError,
     ConflictError,
@@ -69,10 +74,14 @@ from ._types import (
 __version__ = "0.2.0"
 
 __all__ = [
+    "AccessDeniedError",
+    "AccessError",
     "AgentNote",
     "Answer",
+    "ApiKey",
     "AsyncMemory",
     "AuditEntry",
+    "AuthenticationError",
     "Block",
     "BlockReceipt",
     "BudgetError",
@@ -88,8 +97,10 @@ __all__ = [
     "EngineConfig",
     "Evidence",
     "Filter",
+    "FittedMessages",
     "FixedTiers",
     "ForgetReport",
+    "Grant",
     "HashEmbedder",
     "HeuristicTiers",
     "Hit",
@@ -98,6 +109,7 @@ __all__ = [
     "InvalidItemError",
     "InvalidQueryError",
     "Item",
+    "KeyRing",
     "LLM",
     "LMRouter",
     "Ledger",

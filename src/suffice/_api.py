@@ -13,8 +13,10 @@ and ``run_id`` narrow within it.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import functools
+import hashlib
 import os
 import threading
 import warnings
@@ -24,11 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
+from ._access import Grant
 from ._config import EngineConfig, RenderConfig, RenderMode, RetrievalConfig, StoreConfig
 from ._deep import MemoryAgent
 from ._embed.protocol import Embedder, Reranker
 from ._engine import Answer, Engine, Mode
 from ._errors import (
+    AccessDeniedError,
     ConfigError,
     InvalidItemError,
     InvalidQueryError,
@@ -46,7 +50,8 @@ from ._retrieve import Method, Retriever
 from ._route.sufficiency import SufficiencyRouter
 from ._route.tiers import default_tiers
 from ._store.base import ItemRow, Store, normalize_scope, validate_filter, validate_item
-from ._store.sqlite import SQLiteStore, observed_text
+from ._store.open import open_store
+from ._store.sqlite import observed_text
 from ._text import embedding_text
 from ._times import TimeLike, as_timestamp, parse_time
 from ._tokens import count_tokens
@@ -54,6 +59,7 @@ from ._types import AuditEntry, Context, Evidence, Filter, ForgetReport, Item, N
 from ._views import piece_spans
 
 if TYPE_CHECKING:
+    from ._adapter import FittedMessages
     from ._datasets.locomo import LocomoConversation
 
 DEFAULT_SCOPE = "default"
@@ -217,7 +223,7 @@ class Memory:
         self.retrieval = _config(retrieval, RetrievalConfig, "retrieval")
         self.render_config = _config(render, RenderConfig, "render")
         self.engine_config = _config(engine, EngineConfig, "engine")
-        self._store: Store = SQLiteStore(path if path is not None else default_db_path(), create=create)
+        self._store: Store = open_store(path if path is not None else default_db_path(), create=create)
         try:
             if embedder == "default":
                 from ._embed.minilm import MiniLMEmbedder
@@ -246,6 +252,10 @@ class Memory:
         self._llm_lock = threading.Lock()
         self._own_llm = False
         """True once ``default_llm`` loaded a model this memory must close."""
+        self._grant: Grant | None = None
+        """The scopes this memory may touch (None: all); set on the views :meth:`restrict` makes."""
+        self._view_of: Memory | None = None
+        """The memory a restricted view shares its store, models and threads with."""
         if rebuild:
             self.rebuild(config)
 
@@ -317,8 +327,50 @@ class Memory:
     def renderer(self) -> Renderer:
         return self._renderer
 
+    def restrict(self, scopes: Iterable[str]) -> Memory:
+        """A view of this memory that may only touch ``scopes``: exact names (``"user:ana"``),
+        prefixes ending in ``*`` (``"team:red:*"``), or ``"*"``.
+
+        The view shares the store, models and threads (closing it closes nothing); every call
+        on it that names another scope raises :class:`AccessDeniedError` before anything is
+        read, ``scopes()`` and ``stats()`` show only granted scopes, and store-wide operations
+        (``rebuild``, ``check``, ``import_locomo``) need ``"*"``. The servers give each API key
+        such a view, so the check lives here, in the core, not in the HTTP layer. A view of a
+        view may only narrow it.
+        """
+        grant = Grant.of(scopes)
+        if self._grant is not None and not self._grant.covers(grant):
+            raise AccessDeniedError("a restricted memory cannot be widened: "
+                                    f"{', '.join(grant.patterns)} is not within its grant")
+        view = copy.copy(self)
+        view._grant = grant
+        view._view_of = self._view_of or self
+        return view
+
+    @property
+    def grant(self) -> Grant | None:
+        """The scopes this memory may touch; None when it is not restricted."""
+        return self._grant
+
+    def _ident(self, scope: str | None, user_id: str | None, agent_id: str | None,
+               run_id: str | None) -> Identity:
+        ident = identity(scope, user_id, agent_id, run_id)
+        if self._grant is not None:
+            self._grant.check(ident.scope)
+        return ident
+
+    def _need_all(self, what: str) -> None:
+        if self._grant is not None and not self._grant.everything:
+            raise AccessDeniedError(f"{what} touches every scope of the store; this memory is "
+                                    "restricted to some of them")
+
     def close(self) -> None:
-        """Stop worker threads and close the store; the object is unusable afterwards."""
+        """Stop worker threads and close the store; the object is unusable afterwards.
+
+        On a view made by :meth:`restrict` this does nothing: the memory it came from owns
+        the store."""
+        if self._view_of is not None:
+            return
         self._retriever.close()
         self._store.close()
         closer = getattr(self._llm, "close", None) if self._own_llm else None
@@ -347,7 +399,7 @@ class Memory:
         transaction; everything is checked before anything is written, and items whose client
         ids are stored unchanged are returned as they were (idempotent).
         """
-        ident = identity(scope, user_id, agent_id, run_id)
+        ident = self._ident(scope, user_id, agent_id, run_id)
         if ident.run is not None and session and session != ident.run:
             raise InvalidItemError("run_id is the session: give one of them, or the same value")
         if isinstance(items, (str, NewItem, Mapping)):
@@ -419,7 +471,7 @@ class Memory:
         log is emptied, so the text is gone from the files. An audit line keeps digests and
         counts, never the text. Returns what was removed (0 items when nothing matched).
         """
-        ident = identity(scope, user_id, agent_id, run_id)
+        ident = self._ident(scope, user_id, agent_id, run_id)
         if ident.agent is not None:
             raise InvalidQueryError("forget takes a scope, ids or a session; agent_id cannot narrow "
                                     "a forget (forget its ids, or its own scope)")
@@ -442,6 +494,7 @@ class Memory:
         """Re-derive the views of every scope under ``store_config`` (default: the current one)
         without re-ingesting: pieces and full-text entries, records and links, and vectors when
         the encoder changed. Returns how many items each part was rebuilt for."""
+        self._need_all("rebuild")
         new = (store_config or self.store_config)
         if self.embedder is not None:
             new = new.replace(encoder=self.embedder.name, encoder_dim=self.embedder.dim)
@@ -476,7 +529,7 @@ class Memory:
     def get(self, item_id: str, *, scope: str | None = None, user_id: str | None = None,
             agent_id: str | None = None, run_id: str | None = None) -> Item:
         """The item with this id; NotFoundError when the scope does not hold it."""
-        ident = identity(scope, user_id, agent_id, run_id)
+        ident = self._ident(scope, user_id, agent_id, run_id)
         if not isinstance(item_id, str) or not item_id:
             raise InvalidQueryError("item_id must be a non-empty string")
         item = self._store.get(ident.scope, item_id)
@@ -495,7 +548,7 @@ class Memory:
 
         An unknown scope lists nothing (it may simply hold no items yet).
         """
-        ident = identity(scope, user_id, agent_id, run_id)
+        ident = self._ident(scope, user_id, agent_id, run_id)
         flt = _filter(ident, session, speaker, kind, role, since, until, meta)
         offset = _check_count(offset, "offset", allow_none=False) or 0
         limit = _check_count(limit, "limit")
@@ -509,7 +562,7 @@ class Memory:
                meta: Mapping[str, Any] | None = None) -> Evidence:
         """Run the shared retrieval prefix: the best ``k`` hits, each carrying its item."""
         query = _check_query(query)
-        ident = identity(scope, user_id, agent_id, run_id)
+        ident = self._ident(scope, user_id, agent_id, run_id)
         flt = _filter(ident, session, speaker, kind, role, since, until, meta)
         config = _config(retrieval, RetrievalConfig, "retrieval", self.retrieval)
         k = _check_count(k, "k")
@@ -532,7 +585,7 @@ class Memory:
         renders the timeline alone.
         """
         query = _check_query(query, empty_ok=True)
-        ident = identity(scope, user_id, agent_id, run_id)
+        ident = self._ident(scope, user_id, agent_id, run_id)
         flt = _filter(ident, session, speaker, kind, role, since, until, meta)
         config = _config(render, RenderConfig, "render", self.render_config)
         if mode is not None:
@@ -542,6 +595,28 @@ class Memory:
                                      retrieval=_config(retrieval, RetrievalConfig, "retrieval",
                                                        self.retrieval),
                                      flt=flt, agent=agent)
+
+    def fit(self, messages: Sequence[Mapping[str, Any]], budget_tokens: int, *, scope: str | None = None,
+            user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+            session: str | None = None, recent_share: float = 0.25, query: str | None = None,
+            render: RenderConfig | None = None, memory_role: str = "system") -> FittedMessages:
+        """The messages to send an agent's model next: ``messages`` (OpenAI format, the whole
+        running list) fitted into ``budget_tokens``.
+
+        Leading system messages and the newest messages (up to ``recent_share`` of the budget)
+        stay verbatim; the dropped middle is replaced by one ``memory_role`` message holding the
+        memory rendered for ``query`` (default: the newest user text) under the tokens left,
+        from the items older than the recent window. Every message is stored once (ids from
+        the session and position: sending the grown list again stores only what is new), so a
+        list that fits is returned as it is, and nothing dropped is lost.
+        """
+        from ._adapter import fit_messages
+
+        ident = self._ident(scope, user_id, agent_id, run_id)
+        sess = _pick_session(ident, session) or "agent"
+        config = _config(render, RenderConfig, "render", RenderConfig.for_agent())
+        return fit_messages(self, ident, messages, budget_tokens, session=sess, recent_share=recent_share,
+                            query=query, render=config, memory_role=memory_role)
 
     def ask(self, question: str, *, scope: str | None = None, user_id: str | None = None,
             agent_id: str | None = None, run_id: str | None = None, llm: LLM | None = None,
@@ -569,7 +644,7 @@ class Memory:
         (``$SUFFICE_TIERS``), else a fixed rule; never above ``tier_cap``.
         """
         question = _check_query(question, "question")
-        ident = identity(scope, user_id, agent_id, run_id)
+        ident = self._ident(scope, user_id, agent_id, run_id)
         flt = _filter(ident, session, speaker, kind, role, since, until, meta)
         config = _config(engine, EngineConfig, "engine", self.engine_config)
         changes: dict[str, Any] = {}
@@ -632,16 +707,35 @@ class Memory:
             raise UnknownScopeError(f"unknown scope {scope!r}: it holds no items")
 
     def scopes(self) -> list[str]:
-        return self._store.scopes()
+        """Scopes that hold items (on a restricted view: the granted ones among them)."""
+        names = self._store.scopes()
+        return names if self._grant is None else [s for s in names if self._grant.allows(s)]
 
     def stats(self, scope: str | None = None) -> StoreStats:
+        """Counts of one scope, or of the whole store (of the granted scopes on a view)."""
         if scope is not None:
+            if self._grant is not None:
+                self._grant.check(scope)
             self._require(scope)
-        return self._store.stats(scope)
+            return self._store.stats(scope)
+        if self._grant is None or self._grant.everything:
+            return self._store.stats(None)
+        parts = [self._store.stats(s) for s in self.scopes()]
+        whole = self._store.stats(None)
+        return dataclasses.replace(whole, items=sum(p.items for p in parts), scopes=len(parts),
+                                   sessions=sum(p.sessions for p in parts),
+                                   embedded=sum(p.embedded for p in parts),
+                                   tokens=sum(p.tokens for p in parts))
 
     def audit(self) -> list[AuditEntry]:
-        """The audit lines of every forget, oldest first (digests and counts only)."""
-        return self._store.audit()
+        """The audit lines of every forget, oldest first (digests and counts only); on a
+        restricted view, the lines of granted scopes named exactly or still holding items."""
+        lines = self._store.audit()
+        if self._grant is None or self._grant.everything:
+            return lines
+        names = set(self.scopes()) | {p for p in self._grant.patterns if not p.endswith("*")}
+        digests = {hashlib.sha256(n.encode("utf-8")).hexdigest() for n in names}
+        return [a for a in lines if a.scope_sha256 in digests]
 
     def check(self) -> list[str]:
         """Problems found in the store and its views; an empty list when everything is sound.
@@ -650,6 +744,7 @@ class Memory:
         scope: every stored record covers exactly the items of its unit under this store config,
         and every item has a vector of this memory's encoder once the scope has been read.
         """
+        self._need_all("check")
         problems = self._store.check()
         for scope in self._store.scopes():
             units = self._retriever.index(scope).views.units
@@ -671,6 +766,7 @@ class Memory:
         """
         from ._datasets.locomo import load_locomo
 
+        self._need_all("import_locomo")
         # A file is parsed and validated whole before any write.
         convs = load_locomo(source) if source is None or isinstance(source, (str, Path)) else source
         counts = {}
@@ -706,10 +802,24 @@ class AsyncMemory:
     event loop stays free; ``aclose()`` (or ``async with``) stops the threads and the store.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, workers: int = 4,
+    def __init__(self, path: str | os.PathLike[str] | Memory | None = None, *, workers: int = 4,
                  **kwargs: Any) -> None:
-        self._memory = Memory(path, **kwargs)
+        if isinstance(path, Memory):
+            if kwargs:
+                raise ConfigError("AsyncMemory(memory) takes no other settings: the memory has them")
+            self._memory = path
+        else:
+            self._memory = Memory(path, **kwargs)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="suffice-async")
+        self._owns = True
+        """False on a view made by :meth:`restrict`: the pool and memory are the parent's."""
+
+    def restrict(self, scopes: Iterable[str]) -> AsyncMemory:
+        """The async face of :meth:`Memory.restrict`: same threads, fewer scopes."""
+        view = copy.copy(self)
+        view._memory = self._memory.restrict(scopes)
+        view._owns = False
+        return view
 
     @property
     def memory(self) -> Memory:
@@ -739,6 +849,10 @@ class AsyncMemory:
     async def render(self, query: str, budget_tokens: int, **kwargs: Any) -> Context:
         return await self._run(self._memory.render, query, budget_tokens, **kwargs)
 
+    async def fit(self, messages: Sequence[Mapping[str, Any]], budget_tokens: int,
+                  **kwargs: Any) -> FittedMessages:
+        return await self._run(self._memory.fit, messages, budget_tokens, **kwargs)
+
     async def ask(self, question: str, **kwargs: Any) -> Answer:
         return await self._run(self._memory.ask, question, **kwargs)
 
@@ -760,6 +874,8 @@ class AsyncMemory:
 
     async def aclose(self) -> None:
         """Wait for running calls, then stop the worker threads and close the memory."""
+        if not self._owns:
+            return
         await asyncio.to_thread(self._pool.shutdown, wait=True)  # the loop keeps running meanwhile
         self._memory.close()
 

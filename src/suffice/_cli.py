@@ -37,7 +37,7 @@ out = Console()
 err = Console(stderr=True)
 
 DbOpt = Annotated[str | None, typer.Option("--db", envvar="SUFFICE_DB",
-                                              help="Store path (default ./suffice.db).")]
+                                              help="Store path or postgresql:// URL (default ./suffice.db).")]
 ScopeOpt = Annotated[str | None, typer.Option("--scope", "-s",
                                               help="Scope (hard partition); default 'default'.")]
 UserOpt = Annotated[str | None, typer.Option("--user", help="user_id: the scope user:<id>.")]
@@ -233,6 +233,126 @@ def import_locomo(
         added = sum(counts.values())
         say(f"imported {added} new items ({total - added} already stored) in {len(counts)} "
             f"scopes ({dt:.1f} s, {total / max(dt, 1e-9):.0f} items/s) into {mem.path}")
+
+
+@import_app.command("agent")
+def import_agent(
+    path: Annotated[Path, typer.Argument(help="A trajectory file, or a folder of them.")],
+    fmt: Annotated[str, typer.Option("--format", help=(
+        "ama (AMA-Bench), swe (mini-SWE-agent), tau (τ-bench), tau2 (τ²-bench) or auto "
+        "(each file's own shape)."))] = "auto",
+    db: DbOpt = None,
+) -> None:
+    """Import agent runs: one scope per run, each step's items with their kind and step number;
+    re-importing adds nothing (the items carry stable ids)."""
+    with errors():
+        from ._datasets.trajectories import load_agent
+        trajs = load_agent(path, fmt)  # every file is read and checked before any write
+        total = sum(len(t.items) for t in trajs)
+        mem = open_memory(db)
+        t0 = time.perf_counter()
+        added = 0
+        with progress_bar("importing", total) as advance:
+            for t in trajs:
+                before = mem.store.max_seq(t.scope)
+                stored = mem.add(list(t.items), scope=t.scope, progress=advance)
+                added += sum(1 for it in stored if it.seq > before)
+        dt = time.perf_counter() - t0
+        say(f"imported {added} new items ({total - added} already stored) in {len(trajs)} "
+            f"scopes ({dt:.1f} s, {total / max(dt, 1e-9):.0f} items/s) into {mem.path}")
+
+
+def open_store_at(location: str | None, *, create: bool) -> Any:
+    """The bare store at a path or postgresql:// URL: a backup copies what is stored, whatever
+    settings and models built it, so no Memory (and no model) is opened."""
+    from ._api import default_db_path
+    from ._store import open_store
+    return open_store(location or _state["db"] or default_db_path(), create=create)
+
+
+@contextmanager
+def store_to_fill(location: str | None) -> Iterator[Any]:
+    """The store an import or migration writes into, created if need be; a store file this
+    created is removed again when the transfer fails, so a refused file leaves nothing behind."""
+    from ._api import default_db_path
+    where = location or _state["db"] or default_db_path()
+    fresh = "://" not in where and where != ":memory:" and not Path(where).exists()
+    store = open_store_at(where, create=True)
+    try:
+        yield store
+    except BaseException:
+        store.close()
+        if fresh:
+            for suffix in ("", "-wal", "-shm"):
+                Path(where + suffix).unlink(missing_ok=True)
+        raise
+    store.close()
+
+
+def print_report(report: Any, *, to: Console = out) -> None:
+    """A transfer's verification report; exit status 1 when it found a difference."""
+    for line in report.lines():
+        say(line, "red" if line.startswith(("problem:", "VERIFICATION")) else None, to=to)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+TransferScopes = Annotated[list[str] | None, typer.Option(
+    "--scope", "-s", help="Only this scope, with its audit lines (repeatable; default: all).")]
+
+
+@app.command("export")
+def export_cmd(
+    out_file: Annotated[str, typer.Option("--out", "-o",
+                                          help="File to write, or - for standard output.")] = "-",
+    scopes: TransferScopes = None,
+    db: DbOpt = None,
+) -> None:
+    """Write the store as suffice-jsonl (the backup format): items, pieces, vectors, records,
+    links, config and audit lines; a file is read back and checked before it replaces one."""
+    with errors():
+        from ._store.transfer import export_jsonl
+        store = open_store_at(db, create=False)
+        try:
+            with fold_progress() as progress:
+                target: Any = sys.stdout.buffer if out_file == "-" else Path(out_file)
+                report = export_jsonl(store, target, scopes=scopes, progress=progress)
+        finally:
+            store.close()
+    print_report(report, to=err if out_file == "-" else out)
+
+
+@import_app.command("jsonl")
+def import_jsonl_cmd(
+    file: Annotated[str, typer.Argument(help="A suffice export, or - for standard input.")],
+    db: DbOpt = None,
+) -> None:
+    """Restore a suffice export: the file is checked whole first, the store must not hold its
+    scopes; the store is then read back and compared with the file."""
+    with errors():
+        from ._store.transfer import import_jsonl
+        with store_to_fill(db) as store, fold_progress() as progress:
+            report = import_jsonl(store, sys.stdin.buffer if file == "-" else Path(file), progress=progress)
+    print_report(report)
+
+
+@app.command("migrate")
+def migrate_cmd(
+    src: Annotated[str, typer.Argument(help="The store to copy: a SQLite path or a postgresql:// URL.")],
+    dst: Annotated[str, typer.Argument(help="The store to copy into (new, or without SRC's scopes).")],
+    scopes: TransferScopes = None,
+) -> None:
+    """Copy a store into another (e.g. SQLite to PostgreSQL), then compare both sides' counts
+    and content digests, scope by scope."""
+    with errors():
+        from ._store.transfer import migrate
+        source = open_store_at(src, create=False)
+        try:
+            with store_to_fill(dst) as target, fold_progress() as progress:
+                report = migrate(source, target, scopes=scopes, progress=progress)
+        finally:
+            source.close()
+    print_report(report)
 
 
 def print_item(it: Any, prefix: str = "") -> None:
@@ -442,11 +562,17 @@ def make_reader(provider: str, model: str | None, base_url: str | None) -> Any:
         return make_llm("local", **({"model_path": model} if model else {}))
     if provider in ("http", "openai"):
         return make_llm("http", base_url=base_url, model=model)
-    fail(f"unknown provider {provider!r}; use local or http")
+    if provider == "scripted":  # deterministic and instant: for tests and dry runs of a setup
+        from ._llm.scripted import ScriptedLLM, digest_answer
+        if model is not None:  # always the same reply
+            return ScriptedLLM(model)
+        return ScriptedLLM(digest_answer, model="scripted-digest")
+    fail(f"unknown provider {provider!r}; use local, http or scripted")
 
 
 ProviderOpt = Annotated[str, typer.Option(
-    help="local (llama.cpp, shipped model) or http (OpenAI-compatible).")]
+    help="local (llama.cpp, shipped model), http (OpenAI-compatible) or scripted (for tests: "
+         "replies with the --model text, or without one with a digest of its prompt).")]
 ModelOpt = Annotated[str | None, typer.Option(help="Model name, or a GGUF path for local.")]
 BaseUrlOpt = Annotated[str | None, typer.Option(help="Base URL for --provider http.")]
 
@@ -693,6 +819,182 @@ def bench_progressive(
             say(f"wrote {json_out}")
 
 
+AgentSampleOpt = Annotated[int | None, typer.Option(help=(
+    "Episodes (AMA-Bench) or conversations (BEAM) to sample; all when omitted."))]
+
+
+def _agent_qa_judge(use: bool, provider: str, model: str | None, base_url: str | None,
+                    cache: Path | None) -> Any:
+    """The judge of the agent QA runs: the local 1.5B when installed (or the model named), None
+    with --no-judge or when the default judge is not installed (the run then reports F1 only)."""
+    if not use:
+        return None
+    if provider == "local" and model is None:
+        from ._errors import ModelFileError
+        from ._llm.models import resolve_model
+        try:
+            resolve_model("qwen2.5-1.5b")
+        except ModelFileError as exc:
+            say(f"no judge: {exc}", "yellow")
+            return None
+        model = "qwen2.5-1.5b"
+    return cached_reader(provider, model, base_url, cache)
+
+
+def _agent_qa(dataset: str, data: Path | None, sources: int | None, per_source: int, limit: int | None,
+              variants: str, budget: int, provider: str, model: str | None, base_url: str | None,
+              use_judge: bool, judge_provider: str, judge_model: str | None, judge_base_url: str | None,
+              out_path: Path, store: Path, cache: Path | None, json_out: Path | None) -> None:
+    from ._bench import agent_qa
+    wanted = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in wanted if v not in agent_qa.VARIANTS]
+    if bad:
+        fail(f"unknown variant(s) {', '.join(bad)}; use {', '.join(agent_qa.VARIANTS)}")
+    wanted = [v for v in agent_qa.VARIANTS if v in wanted]  # auto after fast and deep: replays
+    llm = cached_reader(provider, model, base_url, cache)
+    judge_llm = _agent_qa_judge(use_judge, judge_provider, judge_model, judge_base_url, cache)
+    mem = agent_qa.open_store(str(store), configured_embedder() or "default")
+    with progress_bar("questions", None) as advance:
+        summary = agent_qa.main(dataset, mem=mem, llm=llm, judge_llm=judge_llm, data=data, sources=sources,
+                                per_source=per_source, limit=limit, variants=wanted, budget=budget,
+                                out=out_path, json_out=json_out, progress=advance)
+    c = summary["counts"]
+    say(f"answers: {c['ran']} run, {c['reused']} reused; {c['judged']} judged; "
+        f"{summary['n_questions']} of {summary['sample']['questions']} sampled questions complete")
+    say(agent_qa.format_summary(summary, group_label="type" if dataset == "ama" else "ability"))
+    if json_out is not None:
+        say(f"wrote {json_out}")
+
+
+AgentVariantsOpt = Annotated[str, typer.Option(help=(
+    "Comma list of fast, deep, auto, truncation, prefix-fill."))]
+JudgeProviderOpt = Annotated[str, typer.Option(help="Judge provider: local or http (OpenAI-compatible).")]
+JudgeModelOpt = Annotated[str | None, typer.Option(help=(
+    "Judge model (local default: qwen2.5-1.5b from the [judge] extra; http: the server's name)."))]
+JudgeBaseUrlOpt = Annotated[str | None, typer.Option(help="Base URL for --judge-provider http.")]
+AgentJudgeOpt = Annotated[bool, typer.Option("--judge/--no-judge", help=(
+    "Judge the answers (a later run with --judge fills in what a --no-judge run left)."))]
+
+
+bench_agent_app = typer.Typer(no_args_is_help=True, help=(
+    "Agent-memory recall on real runs (no LLM): is the evidence inside a B-token context?"))
+bench_app.add_typer(bench_agent_app, name="agent")
+
+
+def _bench_agent_recall(dataset: str, data: Path | None, store: Path, records: Path, budgets: str | None,
+                        limit: int | None, json_out: Path | None) -> None:
+    from ._bench import agent as agent_bench
+    wanted = tuple(int(b) for b in budgets.split(",")) if budgets else None
+    _, text = agent_bench.main(dataset, db=store, out=records, data=data, budgets=wanted, limit=limit,
+                               json_out=json_out)
+    say(text)
+
+
+@bench_agent_app.command("evidence")
+def bench_agent_evidence(
+    data: Annotated[Path | None, typer.Option(help="AMA-Bench folder (default: the shared copy).")] = None,
+    store: Annotated[Path, typer.Option(help="The store, built here once (resumable).")
+                     ] = Path("runs/agent/ama.db"),
+    records: Annotated[Path, typer.Option("--records", help="Per-question JSONL (resumable).")
+                       ] = Path("runs/agent/evidence_ama.jsonl"),
+    budgets: Annotated[str | None, typer.Option(help="Comma-separated budgets (default 2000,4000,8000).")
+                       ] = None,
+    limit: Annotated[int | None, typer.Option(help="Stop after this many questions in the records.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the summary here.")] = None,
+) -> None:
+    """Evidence recall on AMA-Bench: the items of the cited steps inside the context, against
+    truncation, observation masking and prefix fill."""
+    with errors():
+        _bench_agent_recall("ama", data, store, records, budgets, limit, json_out)
+
+
+@bench_agent_app.command("checkpoints")
+def bench_agent_checkpoints(
+    dataset: Annotated[str, typer.Argument(help="swe (SWE-bench runs), tau (τ-bench) or tau2 (τ²-bench).")],
+    data: Annotated[Path | None, typer.Option(help="The runs (default: the shared copy).")] = None,
+    store: Annotated[Path | None, typer.Option(help="The store (default runs/agent/DATASET.db).")] = None,
+    records: Annotated[Path | None, typer.Option("--records", help=(
+        "Per-checkpoint JSONL (default runs/agent/checkpoints_DATASET.jsonl; resumable)."))] = None,
+    budgets: Annotated[str | None, typer.Option(help="Comma-separated budgets (default 4000,8000).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Stop after this many checkpoints in the records.")
+                     ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the summary here.")] = None,
+) -> None:
+    """Checkpoint recall: just before a step that needs an earlier step's output, is that
+    output inside the context rendered from the history so far?"""
+    with errors():
+        if dataset not in ("swe", "tau", "tau2"):
+            fail(f"unknown dataset {dataset!r}; use swe, tau or tau2")
+        _bench_agent_recall(dataset, data, store or Path(f"runs/agent/{dataset}.db"),
+                            records or Path(f"runs/agent/checkpoints_{dataset}.jsonl"), budgets, limit,
+                            json_out)
+
+
+@bench_agent_app.command("qa")
+def bench_agent_qa(
+    data: Annotated[Path | None, typer.Option(help="AMA-Bench folder (default: the shared copy).")] = None,
+    episodes: AgentSampleOpt = 12,
+    per_episode: Annotated[int, typer.Option(min=1, help="Questions per sampled episode.")] = 2,
+    limit: Annotated[int | None, typer.Option(help="Only the first N questions of the sample.")] = None,
+    variants: AgentVariantsOpt = "fast,truncation,prefix-fill,deep,auto",
+    budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    use_judge: AgentJudgeOpt = True,
+    judge_provider: JudgeProviderOpt = "local",
+    judge_model: JudgeModelOpt = None,
+    judge_base_url: JudgeBaseUrlOpt = None,
+    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+                        ] = Path("runs/agent_qa_ama.jsonl"),
+    store: Annotated[Path, typer.Option(help="Store the sampled episodes are ingested into.")
+                     ] = Path("runs/agent_qa_ama.db"),
+    cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost and time).")
+                     ] = Path("runs/llm_cache_agent_qa.db"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+) -> None:
+    """AMA-Bench open-ended QA: fast / deep / auto against truncation and prefix fill at the same
+    budget; F1 and judge per question type and domain, early-exit rate, T_mem, T_e2e, tokens.
+
+    The sample is deterministic and balanced over domains and types (round-robin over domains,
+    types rotated per episode); a rerun resumes from the records in --out.
+    """
+    with errors():
+        _agent_qa("ama", data, episodes, per_episode, limit, variants, budget, provider, model, base_url,
+                  use_judge, judge_provider, judge_model, judge_base_url, out_path, store, cache, json_out)
+
+
+@bench_agent_app.command("beam")
+def bench_beam(
+    data: Annotated[Path | None, typer.Option(help="BEAM tier folder (default: the shared 100K).")] = None,
+    conversations: AgentSampleOpt = 1,
+    per_ability: Annotated[int, typer.Option(min=1, help="Questions per ability and conversation.")] = 1,
+    limit: Annotated[int | None, typer.Option(help="Only the first N questions of the sample.")] = None,
+    variants: AgentVariantsOpt = "fast,deep,auto",
+    budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    use_judge: AgentJudgeOpt = True,
+    judge_provider: JudgeProviderOpt = "local",
+    judge_model: JudgeModelOpt = None,
+    judge_base_url: JudgeBaseUrlOpt = None,
+    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+                        ] = Path("runs/agent_qa_beam.jsonl"),
+    store: Annotated[Path, typer.Option(help="Store the sampled conversations are ingested into.")
+                     ] = Path("runs/agent_qa_beam.db"),
+    cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost and time).")
+                     ] = Path("runs/llm_cache_agent_qa.db"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+) -> None:
+    """BEAM QA with fast / deep / auto, each answer judged against the question's rubric items
+    (0 / 0.5 / 1 per item, averaged), by ability, with T_e2e; resumable from --out."""
+    with errors():
+        _agent_qa("beam", data, conversations, per_ability, limit, variants, budget, provider, model,
+                  base_url, use_judge, judge_provider, judge_model, judge_base_url, out_path, store, cache,
+                  json_out)
+
+
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
@@ -774,6 +1076,133 @@ def ask(
             say(f"note: {n}", "yellow")
         if failed:
             raise typer.Exit(1)
+
+
+keys_app = typer.Typer(no_args_is_help=True,
+                       help="API keys of the REST server (digests kept, tokens shown once).")
+app.add_typer(keys_app, name="keys")
+KeysOpt = Annotated[Path, typer.Option("--keys", envvar="SUFFICE_KEYS", help=(
+    "The key file (digests only, mode 0600)."))]
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@keys_app.command("add")
+def keys_add(scopes: Annotated[list[str], typer.Option("--scope", "-s", help=(
+                 "A scope the key may touch (repeatable): a name, a prefix ending in *, or *."))],
+             name: Annotated[str, typer.Option(help="A label to recognise the key by.")] = "",
+             keys: KeysOpt = Path("suffice-keys.json")) -> None:
+    """Create a key bound to scopes and print it once; only its digest is stored."""
+    with errors():
+        from ._access import KeyRing
+        token, key = KeyRing(keys).create(scopes, name)
+        typer.echo(token)  # alone on stdout, so a script can capture it
+        say(f"key {key.key_id} for {', '.join(key.grant.patterns)} saved in {keys} "
+            "(the token is not stored: keep it now)", "dim", to=err)
+
+
+@keys_app.command("list")
+def keys_list(keys: KeysOpt = Path("suffice-keys.json")) -> None:
+    """The keys of a key file: id, name, scopes (never the tokens)."""
+    with errors():
+        from ._access import KeyRing
+        for k in KeyRing(keys).keys():
+            typer.echo(f"{k.key_id}\t{k.name or '-'}\t{','.join(k.grant.patterns)}")  # tab-separated
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (from keys list).")],
+                keys: KeysOpt = Path("suffice-keys.json")) -> None:
+    """Remove a key; a running server refuses it from its next request."""
+    with errors():
+        from ._access import KeyRing
+        if not KeyRing(keys).revoke(key_id):
+            fail(f"no key {key_id!r} in {keys}")
+        say(f"revoked {key_id}", "dim")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind (loopback unless you mean it).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8765,
+    keys: KeysOpt = Path("suffice-keys.json"),
+    dev: Annotated[bool, typer.Option("--dev", help=(
+        "No API keys, every scope: for a laptop. Binds loopback only."))] = False,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """The REST server (OpenAPI at /docs): add, get, list, search, render, ask, stats, forget."""
+    with errors():
+        try:
+            import uvicorn
+
+            from ._server.rest import create_app
+        except ImportError as exc:
+            from ._errors import MissingExtraError
+            raise MissingExtraError("server", exc.name or "fastapi") from None
+        from ._access import KeyRing
+        if dev and host not in LOOPBACK:
+            fail(f"--dev serves without keys and binds loopback only; {host!r} is not loopback")
+        ring = None if dev else KeyRing(keys)
+        if ring is not None and not ring.keys():
+            fail(f"no API keys in {keys}: create one with `suffice keys add --scope SCOPE --keys {keys}`, "
+                 "or run with --dev on loopback")
+        # The local model loads on the first ask, not at start-up.
+        llm = None if provider == "local" and model is None else make_reader(provider, model, base_url)
+        mem = open_memory(db, llm=llm)
+        say(f"suffice serving {mem.path} on http://{host}:{port} "
+            f"({'dev mode: no keys' if dev else f'{len(ring.keys()) if ring else 0} key(s) from {keys}'})",
+            "dim", to=err)
+        try:
+            uvicorn.run(create_app(mem, keys=ring), host=host, port=port, log_level="warning")
+        finally:
+            mem.close()
+
+
+@app.command("mcp")
+def mcp_server(
+    transport: Annotated[str, typer.Option(help=(
+        "stdio (an MCP client launches the server) or http (streamable HTTP)."))] = "stdio",
+    host: Annotated[str, typer.Option(help="With --transport http: the address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help=(
+        "With --transport http: the TCP port (0: any free one; the URL is printed on stderr).")
+    )] = 8000,
+    path: Annotated[str, typer.Option(help="With --transport http: the endpoint's path.")] = "/mcp",
+    scopes: Annotated[list[str] | None, typer.Option("--scope", "-s", help=(
+        "Bind the server to this scope (repeatable): a name, or a prefix ending in *; one name "
+        "is also the default scope of every call. Default: every scope."))] = None,
+    allow_remote: Annotated[bool, typer.Option("--allow-remote", help=(
+        "Let --transport http bind a non-loopback address (the server has no authentication)."))
+    ] = False,
+    provider: ProviderOpt = "local",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """The MCP server: tools remember, recall, ask, list and forget, over stdio or streamable HTTP."""
+    with errors():
+        if transport not in ("stdio", "http"):
+            fail(f"unknown transport {transport!r}; use stdio or http")
+        if provider not in ("local", "http", "openai", "scripted"):
+            fail(f"unknown provider {provider!r}; use local, http or scripted")
+        from ._server.mcp import LazyModel, build_mcp_server, check_http
+        from ._server.mcp import serve as serve_mcp
+        if transport == "http":
+            check_http(host, path, allow_remote)
+
+        # No model is loaded before the first ask: clients launch the server for every session.
+        lazy = (None if provider == "local" and model is None
+                else LazyModel(lambda: make_reader(provider, model, base_url)))
+        mem = open_memory(db)
+        try:
+            server = build_mcp_server(mem, scopes=scopes, llm=lazy)
+            serve_mcp(server, "http" if transport == "http" else "stdio", host=host, port=port, path=path,
+                      allow_remote=allow_remote, announce=lambda line: say(line, "dim", to=err))
+        finally:
+            if lazy is not None:
+                lazy.close()
+            mem.close()
 
 
 @bench_app.command("retrieval")

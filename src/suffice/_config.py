@@ -129,7 +129,20 @@ class RetrievalConfig(_Config):
         "order (0: none). Each costs one cross-encoder pass."))
     dense_scan_items: int = Field(20000, gt=0, le=1_000_000_000, description=(
         "Item vectors are scored one by one up to this many items; above, only those of the "
-        "units closest to the query (a fifth as many), so latency stays flat as the log grows."))
+        "units closest to the query (a fifth as many), so latency stays flat as the log grows. "
+        "Used only when the HNSW index is not (faiss missing, or dense_index_items higher)."))
+    dense_index_items: int = Field(20_000, gt=0, le=1_000_000_000, description=(
+        "From this many vectors up (after filters) dense search asks an HNSW index and rescores "
+        "its candidates exactly; below, it scores every vector. The index is faster from ~3k "
+        "vectors here, but below 20k the scan takes under 2 ms while building the index takes "
+        "seconds (docs/benchmarks.md section 2); set it above any scope's size for exact search."))
+    dense_index_ef: int = Field(128, gt=0, le=100_000, description=(
+        "HNSW search breadth (never below the depth asked): wider finds more of the exact top "
+        "for more time; 128 gave recall@10 of 0.98 against the exact scan at 100k real vectors."))
+    step_refs: bool = Field(True, description=(
+        "A query that names steps ('at step 78', 'between step 73 and 76') gets those steps' "
+        "items first, fetched by meta['step'], and a state question ('now', 'last', 'at step "
+        "50') the newest matching item; no effect on items without a step."))
 
 
 class RenderConfig(_Config):

@@ -15,6 +15,9 @@ SufficeError
 │   ├── InvalidQueryError
 │   ├── BudgetError
 │   └── ImportFormatError
+├── AccessError                 a caller may not do this
+│   ├── AuthenticationError     no API key, or one that is not known
+│   └── AccessDeniedError       the key or view may not touch that scope
 ├── StoreError                  the store refused or could not finish an operation
 │   ├── ConflictError
 │   ├── UnknownScopeError
@@ -74,6 +77,21 @@ class BudgetError(InvalidInputError):
 
 class ImportFormatError(InvalidInputError):
     """An import file does not have the expected format; names the offending record."""
+
+
+class AccessError(SufficeError):
+    """A caller was refused before anything was read or written."""
+
+
+class AuthenticationError(AccessError):
+    """No API key was given, or the one given matches no stored key."""
+
+
+class AccessDeniedError(AccessError):
+    """The key, or the restricted memory, may not touch the scope named; nothing was read.
+
+    The message names the scope asked for, never the scopes that exist (they may belong to
+    other tenants)."""
 
 
 class StoreError(SufficeError):

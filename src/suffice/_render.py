@@ -43,6 +43,7 @@ from ._config import RenderConfig, RenderMode, RetrievalConfig
 from ._errors import BudgetError, ConfigError
 from ._records import RECORD_PREFIX, RecordIndex, header_line
 from ._retrieve import Ranking, Retriever, ScopeIndex
+from ._steps import StepRef
 from ._store.base import Store
 from ._tokens import count_tokens
 from ._types import Context, ContextPart, Filter, Item, Unit
@@ -55,6 +56,15 @@ MAX_MISSES = 32
 """Pieces of one many-piece item tried in a row without one fitting before moving on."""
 MAX_BUDGET = 10_000_000
 """Largest budget a render takes, in tokens."""
+STEP_LINE_TOKENS = 8
+"""Tokens a step-addressed item's line adds to its text (head, newline), for the room kept."""
+STEP_HITS = 100
+"""With step references, up to this many of the ranking's next hits (then BM25's and dense's
+deeper items) follow them whole, before unit recovery, and the timeline leaves them room too: a
+question that addresses steps wants evidence more than an overview. Chosen on the first 10
+AMA-Bench episodes (10, 30 and 100 tried; room for them or not)."""
+STEP_PRIORITY = 10.0
+"""Step-addressed detail outranks every unit's priority (at most 1) when parts must be dropped."""
 _HEADER_TIME = re.compile(r"^# \[([^\]]*)\] ")
 CUT = "…"
 
@@ -346,8 +356,11 @@ class Renderer:
         idx, st = self.records.state(scope)
         units = list(idx.views.units)
         n_items = idx.views.size if ranking is None else min(idx.views.size, ranking.size)
+        if flt is not None and flt.before_seq is not None:
+            # "As of" an earlier moment (an agent's checkpoint): later items do not exist yet.
+            n_items = max(0, min(n_items, flt.before_seq))
         allowed = None
-        if flt is not None and not flt.empty:
+        if flt is not None and not replace(flt, before_seq=None).empty:
             allowed = set(self.store.filter_seqs(scope, replace(flt, before_seq=n_items)).tolist())
         call = _Call(self.store, scope, idx, self._cache(scope, idx), config,
                      retrieval.rrf_k, retrieval.dense_weight, self.records.config.piece_max_tokens, allowed)
@@ -391,6 +404,21 @@ class Renderer:
         rec_text, rec_cost = self.records.lines(scope, st, units[:n_units], allowed)
         timeline_cap = (memory_budget if mode == "timeline"
                         else math.floor(config.timeline_share * memory_budget))
+        # Items the query addressed by step come before any other detail, then its ranked hits:
+        # the timeline leaves them room (the query named them, so they are what it needs).
+        refs = [r for r in (ranking.refs if ranking is not None else ())
+                if r.seq < first_recent and (allowed is None or r.seq in allowed)]
+        hits: list[StepRef] = []
+        if refs and ranking is not None and STEP_HITS:  # then the rest of the fused ranking, whole
+            named = {r.seq for r in refs}
+            # The ranking's hits, then deeper: BM25's items, then dense's, in their order.
+            deeper = [*ranking.seqs, *(q for q, _p, _s in ranking.pieces), *(q for q, _c in ranking.dense)]
+            hits = [StepRef(q, -1, f"hit {i + 1}") for i, q in enumerate(dict.fromkeys(
+                q for q in deeper if q not in named and q < first_recent
+                and (allowed is None or q in allowed)))][:STEP_HITS]
+        if refs and mode != "timeline":
+            need = sum(idx.views.tokens[r.seq] + STEP_LINE_TOKENS for r in refs + hits)
+            timeline_cap = max(0, min(timeline_cap, memory_budget - need))
 
         def head_of(u: int) -> str:
             return header_line(rec_text[u][len(RECORD_PREFIX):]) if config.short_headers else rec_text[u]
@@ -420,6 +448,11 @@ class Renderer:
                 m = _HEADER_TIME.match(line)
                 header_time.append(m.group(1) if m else None)
         lines = _Lines(call.cache, idx.views.unit_of, header_time)
+        if refs and mode != "timeline" and detail_left > 0:
+            detail_left = _step_recovery(call, refs, scores, stream, lines, detail, detail_left)
+            if hits:
+                detail_left = _step_recovery(call, hits, scores, stream, lines, detail, detail_left,
+                                             excerpts=False, base=STEP_PRIORITY - 1)
         if mode in ("unit", "unit+piece") and detail_left > 0:
             detail_left = _unit_recovery(call, units[:n_units], scores, stream, lines, detail,
                                          detail_left, first_recent)
@@ -601,6 +634,46 @@ def _markers_cost(stream: _Stream) -> int:
     return total
 
 
+# -- step recovery -----------------------------------------------------------------------------
+
+
+def _step_recovery(call: _Call, refs: Sequence[StepRef], scores: _Scores, stream: _Stream, lines: _Lines,
+                   detail: list[_Part], left: int, *, excerpts: bool = True,
+                   base: float = STEP_PRIORITY) -> int:
+    """The items the query named by step, in the order named: whole when they fit, else an
+    excerpt around their best piece in what is left (a huge observation still shows its part
+    that matches the question)."""
+    _fetch(call, lines, sorted({r.seq for r in refs}))
+    for i, ref in enumerate(refs):
+        seq = ref.seq
+        if seq not in lines.items or left <= 0:
+            continue
+        u = call.idx.views.unit_of[seq]
+        header = stream.detail_cost(u)
+        pri = base + (len(refs) - i) / len(refs)  # above every unit's; first named highest
+        whole = {p[0] for p in lines.all_pieces(seq)}
+        cost = lines.delta(seq, whole)
+        if cost == 0:
+            continue  # already on screen
+        if cost + header <= left:
+            lines.show(seq, whole)
+            stream.add_detail(u)
+            detail.append(_Part("raw", u, pri, ref.reason, (seq,), {seq: whole}, cost))
+            left -= cost + header
+            continue
+        room = left - header
+        if room < 8 or not excerpts:
+            continue
+        chosen, c = _excerpt(lines, [seq], scores, room)
+        if chosen:
+            for q, ps in chosen.items():
+                lines.show(q, ps)
+            stream.add_detail(u)
+            detail.append(_Part("excerpt", u, pri, ref.reason, (seq,), chosen, c))
+            left -= c + header
+    return left
+
+
 # -- unit recovery -----------------------------------------------------------------------------
 
 
@@ -647,7 +720,7 @@ def _unit_recovery(call: _Call, units: Sequence[Unit], scores: _Scores, stream: 
                 left -= cost + header
     if excerpt_first:
         for i, part in enumerate(detail):
-            if part.kind != "excerpt":
+            if part.kind != "excerpt" or part.priority >= STEP_PRIORITY:  # a step's excerpt stays one
                 continue
             seqs = _unit_seqs(call, units[part.unit], first_recent)
             all_p = {seq: {q[0] for q in lines.all_pieces(seq)} for seq in seqs}

@@ -9,22 +9,33 @@ The retriever also keeps, per scope, the in-memory state that follows the log: t
 (units, blocks), the item vectors and the unit vectors (mean of their items' vectors). The
 state is extended as items arrive and dropped when the store's generation changes (a forget or
 a rebuild, by this process or another). Nothing here calls a language model.
+
+Dense search scores every vector of a small scope; from ``RetrievalConfig.dense_index_items``
+vectors up it asks an HNSW index (:mod:`suffice._ann`) kept in step with the same state and
+rescores its candidates exactly. A store that answers nearest-neighbour queries itself (a
+server database with a vector index) is asked instead: see :class:`NearestStore`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from . import _ann
 from ._config import RetrievalConfig, StoreConfig
 from ._embed.protocol import Embedder, Reranker
 from ._errors import InvalidQueryError, StoreError
+from ._steps import STEP_KEY, StepRef, asks_latest, cited_steps, key_terms, step_bound
 from ._store.base import Store
 from ._text import embedding_text, query_terms
 from ._types import Evidence, Filter, Hit, Unit
@@ -38,6 +49,49 @@ EVIDENCE_ITEM_TOKENS = 512
 
 _EMPTY_SEQS = np.zeros(0, dtype=np.int64)
 _EMPTY_MATRIX = np.zeros((0, 0), dtype=np.float32)
+
+MAX_STEP_ITEMS = 200
+"""Most items a query's step references fetch (50 steps of a few items each)."""
+PRECEDING_STEPS = 2
+"""After the named steps come the this many steps before each (an action answers the state the
+steps before it left; AMA-Bench answers cite them). Chosen on the first 10 AMA-Bench episodes
+(120 questions) and reported on all 166."""
+LATEST_CANDIDATES = 20
+"""A state question's newest match is picked among this many best BM25 items of its key terms."""
+LATEST_FLOOR = 0.5
+"""... that score at least this share of the best one (weaker matches are about something else)."""
+
+ANN_COST_RATIO = 30
+"""One HNSW candidate costs about this many exact row scores (measured here: ~3 us against
+~0.1 us; the two cross near 3k rows at width 128), so the index answers only when its search
+width times this is under the rows it would otherwise scan: a deep ranking (a large render)
+or a narrow filter on a mid-sized scope is scanned exactly."""
+
+INDEX_WAIT_S = 0.05
+"""A query waits this long for another query's build or extension of the index, then scans:
+adding a few rows takes milliseconds, building a large index minutes."""
+
+log = logging.getLogger("suffice")
+
+
+@contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    """Release a lock already acquired (with a timeout) when the block ends."""
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@runtime_checkable
+class NearestStore(Protocol):
+    """A store that ranks its own vectors (e.g. PostgreSQL with pgvector's HNSW): the dense
+    ranker asks it instead of loading the vectors into memory and scanning them."""
+
+    def nearest(self, scope: str, encoder: str, qvec: np.ndarray, limit: int,
+                flt: Filter | None = None) -> list[tuple[int, float]]:
+        """(seq, cosine) of the ``limit`` items nearest ``qvec``, best first."""
+        ...
 
 
 @dataclass
@@ -61,6 +115,12 @@ class ScopeIndex:
     sums: np.ndarray = field(default_factory=lambda: _EMPTY_MATRIX)
     unit_vecs: np.ndarray = field(default_factory=lambda: _EMPTY_MATRIX)
     """Row j: normalised mean vector of unit j's items (zero while it has none)."""
+    ann: _ann.DenseIndex | None = None
+    """HNSW index over the rows of ``matrix`` (row r = key r), built by the first query that
+    wants it and extended by later ones; it goes with this object when the generation changes."""
+    ann_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held while the index is built or extended (one builder; searches use the index's own lock)."""
+    ann_failed: bool = False
 
     def vectors(self) -> tuple[np.ndarray, np.ndarray]:
         """(seqs, matrix) of the item vectors, taken together."""
@@ -164,6 +224,9 @@ class Ranking:
     fused ones, so a hit's score means the same with or without a reranker)."""
     notice: str = ""
     """What went wrong on the way, when the ranking fell back to a cheaper one."""
+    refs: tuple[StepRef, ...] = ()
+    """Items the query addressed by step (:mod:`suffice._steps`), in the order named; they lead
+    ``seqs`` and the renderer shows them before any other detail."""
 
     @property
     def best_piece(self) -> dict[int, int]:
@@ -191,14 +254,24 @@ class Retriever:
 
     Layers above keep per-scope state of their own (records, render caches); they register a
     callback with :meth:`on_reset` and drop it when the store's generation changes.
+
+    ``persist_index``: an HNSW index of at least :attr:`persist_min_rows` rows is saved beside
+    a file store (``<file>.ann/``) and loaded on the next open instead of being rebuilt
+    (building 1M rows takes minutes here); files of another generation are deleted as soon as
+    this process sees the generation move, and :meth:`reset` (every forget) deletes them too.
     """
 
+    persist_min_rows = 20_000
+    """Smallest index saved to a file: the default ``dense_index_items``, so every index built
+    by default is saved (building one takes ~10 s per 20k rows here, loading well under one)."""
+
     def __init__(self, store: Store, embedder: Embedder | None, config: StoreConfig,
-                 reranker: Reranker | None = None) -> None:
+                 reranker: Reranker | None = None, *, persist_index: bool = True) -> None:
         self.store = store
         self.embedder = embedder
         self.reranker = reranker
         self.config = config
+        self.persist_index = persist_index
         self._scopes: dict[str, ScopeIndex] = {}
         self._generation = -1
         self._lock = threading.Lock()
@@ -210,19 +283,27 @@ class Retriever:
         self._resets.append(callback)
 
     def reset(self) -> None:
-        """Drop every scope's state here and in the layers registered with :meth:`on_reset`."""
+        """Drop every scope's state here and in the layers registered with :meth:`on_reset`,
+        and every saved index of another generation (they may hold forgotten items' vectors)."""
         with self._lock:
             self._scopes.clear()
             self._generation = -1
+        self._drop_stale_indexes()
         for callback in self._resets:
             callback()
 
     def close(self) -> None:
-        """Stop the worker thread (BM25 runs there while the query is embedded)."""
+        """Stop the worker thread (BM25 runs there while the query is embedded); save the
+        HNSW indexes that grew since they were last saved."""
         with self._lock:
             pool, self._pool = self._pool, None
+            scopes = list(self._scopes.items())
         if pool is not None:
             pool.shutdown(wait=True)
+        for scope, idx in scopes:
+            if idx.ann is not None and idx.ann.count > idx.ann.saved:
+                with idx.ann_lock:
+                    self._save_index(scope, idx, idx.ann, idx.vectors()[1], force=True)
 
     def _worker(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -333,10 +414,83 @@ class Retriever:
             except Exception as exc:  # the fused order stands; the receipt says why
                 notice = f"reranker failed ({type(exc).__name__}: {exc}); kept the fused order"
             timings["rerank_ms"] = _ms(t)
+        refs: tuple[StepRef, ...] = ()
+        if config.step_refs and method != "recency" and query.strip():
+            t = time.perf_counter()
+            refs = self._step_refs(scope, query, bounded, terms, pieces)
+            if refs:  # addressed items first, then the ranking without them
+                named = {r.seq for r in refs}
+                top = max(scores, default=1.0)
+                kept = [(q, sc) for q, sc in zip(order, scores, strict=True) if q not in named]
+                order = [r.seq for r in refs] + [q for q, _ in kept]
+                scores = [top] * len(refs) + [sc for _, sc in kept]
+                depth, reranked = max(depth, len(refs)), 0
+            timings["steps_ms"] = _ms(t)
         order, scores = order[:depth], scores[:depth]
         timings["total_ms"] = _ms(t0)
         return Ranking(scope, query, method, tuple(order), tuple(scores), pieces, tuple(dense), qvec,
-                       size, flt, unit_cos, timings, cand, idx, min(reranked, depth), notice)
+                       size, flt, unit_cos, timings, cand, idx, min(reranked, depth), notice, refs)
+
+    def _step_refs(self, scope: str, query: str, flt: Filter, terms: Sequence[str],
+                   pieces: Sequence[tuple[int, int, float]]) -> tuple[StepRef, ...]:
+        """The items of the steps ``query`` names, through the store's meta filter (with the
+        query's own filter and bound), then, for a state question, the newest strong BM25 match
+        of its key terms at or before the step it is asked at. Nothing for items without steps."""
+        out: list[StepRef] = []
+        seen: set[int] = set()
+        meta = dict(flt.meta or {})
+        pinned = meta.get(STEP_KEY)
+        named = cited_steps(query)
+        # The named steps, then the steps just before each (what the agent acted on there).
+        wanted = [(n, f"step {n}") for n in named]
+        wanted += [(n - k, f"step {n - k} (before step {n})") for n in named
+                   for k in range(1, PRECEDING_STEPS + 1) if n - k >= 0 and n - k not in named]
+        done: set[int] = set()
+        for n, why in wanted:
+            if n in done or (pinned is not None and pinned != n):
+                continue
+            done.add(n)
+            for q in self.store.filter_seqs(scope, replace(flt, meta={**meta, STEP_KEY: n})).tolist():
+                if q not in seen and len(out) < MAX_STEP_ITEMS:
+                    seen.add(q)
+                    out.append(StepRef(int(q), n, why))
+        if pieces and asks_latest(query) and key_terms(list(terms)):
+            latest = self._latest_match(scope, query, terms, pieces, flt, seen)
+            if latest is not None:
+                out.append(latest)
+        return tuple(out)
+
+    def _latest_match(self, scope: str, query: str, terms: Sequence[str],
+                      pieces: Sequence[tuple[int, int, float]], flt: Filter,
+                      seen: set[int]) -> StepRef | None:
+        """Among the items whose best BM25 piece for the key terms scores at least half the
+        best one, the newest with a step at or before the question's step bound: a state is
+        what its latest setter left."""
+        keys = key_terms(list(terms))
+        cand = (pieces if list(keys) == list(terms)
+                else self.store.bm25(scope, keys, LATEST_CANDIDATES * 3, flt))
+        if not cand:
+            return None
+        floor = cand[0][2] * LATEST_FLOOR
+        best: dict[int, float] = {}
+        for seq, _p, score in cand:
+            if score >= floor and seq not in best:
+                best[seq] = score
+                if len(best) >= LATEST_CANDIDATES:
+                    break
+        bound = step_bound(query)
+        stepped = []
+        for it in self.store.items(scope, sorted(best)):
+            step = it.meta.get(STEP_KEY)
+            if isinstance(step, int) and not isinstance(step, bool) and (bound is None or step <= bound):
+                stepped.append((it.seq, step))
+        if not stepped:
+            return None
+        seq, step = max(stepped)
+        if seq in seen:
+            return None
+        where = f" up to step {bound}" if bound is not None else ""
+        return StepRef(seq, step, f"latest match{where} (step {step})")
 
     def _rerank(self, scope: str, query: str, order: list[int], scores: list[float],
                 n: int) -> tuple[list[int], list[float], int]:
@@ -352,22 +506,33 @@ class Retriever:
 
     def _dense(self, scope: str, idx: ScopeIndex, qvec: np.ndarray, depth: int, flt: Filter,
                config: RetrievalConfig) -> tuple[list[tuple[int, float]], np.ndarray | None]:
-        """Items by cosine, best first: every allowed vector, or when there are more than
-        ``dense_scan_items`` of them, those of the units closest to the query (two-stage)."""
+        """Items by cosine, best first. A store with its own vector index answers itself;
+        otherwise every allowed vector is scored, or, from ``dense_index_items`` allowed
+        vectors up, the HNSW index's candidates are (rescored exactly). Without the index,
+        above ``dense_scan_items`` only the vectors of the units closest to the query are."""
+        if isinstance(self.store, NearestStore):
+            assert self.embedder is not None
+            pairs = self.store.nearest(scope, self.embedder.name, qvec, depth, flt)
+            return sorted(pairs, key=lambda p: (-p[1], -p[0]))[:depth], None  # ties: the newer item
         seqs_all, matrix = idx.vectors()
         below = flt.before_seq if flt.before_seq is not None else idx.views.size
         limit = int(np.searchsorted(seqs_all, below))
         if limit == 0 or matrix.size == 0:
             return [], None
         allowed = None  # sorted seqs a filter lets through
+        rows = np.arange(limit)
         if _needs_store(flt):
             allowed = self.store.filter_seqs(scope, replace(flt, before_seq=None))
             rows = np.flatnonzero(np.isin(seqs_all[:limit], allowed))
             if rows.size == 0:
                 return [], None
         unit_cos = None
-        n = limit if allowed is None else rows.size
-        if n <= config.dense_scan_items:
+        n = rows.size
+        found = self._from_index(scope, idx, matrix, qvec, depth, limit,
+                                 rows if allowed is not None else None, config)
+        if found is not None:
+            sims, seqs = _matvec(matrix[found], qvec), seqs_all[found]
+        elif n <= config.dense_scan_items or self._index_usable(n, config):
             if allowed is None:
                 sims, seqs = _matvec(matrix[:limit], qvec), seqs_all[:limit]
             else:
@@ -396,6 +561,119 @@ class Retriever:
         top = top[np.lexsort((-seqs[top], -sims[top]))]  # ties: the newer item first
         return list(zip(seqs[top].tolist(), sims[top].tolist(), strict=True)), unit_cos
 
+    # -- the HNSW index -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _index_usable(n: int, config: RetrievalConfig) -> bool:
+        """True when ``n`` allowed vectors are enough for the index and it can be had."""
+        return n >= config.dense_index_items and _ann.available()
+
+    def _from_index(self, scope: str, idx: ScopeIndex, matrix: np.ndarray, qvec: np.ndarray,
+                    depth: int, limit: int, rows: np.ndarray | None,
+                    config: RetrievalConfig) -> np.ndarray | None:
+        """Rows of the ``depth`` nearest allowed vectors by the HNSW index (rows below ``limit``,
+        and among ``rows`` when a filter gave them), or None when the exact scan should answer:
+        too few vectors, a search so wide (a deep ranking, a narrow filter) that scanning the
+        allowed rows costs less, or fewer rows found than asked."""
+        n = limit if rows is None else rows.size
+        want = min(depth, n)
+        if want <= 0 or idx.ann_failed or not self._index_usable(n, config):
+            return None
+        total = matrix.shape[0]
+        if _ann.search_width(config.dense_index_ef, want, n / total) * ANN_COST_RATIO > n:
+            return None
+        ann = self._index(scope, idx, matrix)
+        if ann is None:
+            return None
+        allowed = None
+        if rows is not None or limit < total:
+            allowed = np.zeros(total, dtype=bool)
+            allowed[rows if rows is not None else slice(0, limit)] = True
+        found = ann.search(qvec, want, config.dense_index_ef, allowed)
+        found = found[found < limit]  # rows added by a concurrent query past this one's view
+        if allowed is not None:  # a node found for one allowed row may hold others that are not
+            found = found[allowed[found]]
+        return found if found.size >= want else None
+
+    def dense_index(self, scope: str) -> _ann.DenseIndex | None:
+        """The scope's HNSW index, built (or loaded, or extended) now; None without faiss or
+        vectors. A server can call this at start so the first query does not pay for it."""
+        idx = self.index(scope)
+        matrix = idx.vectors()[1]
+        if not matrix.size or not _ann.available():
+            return None
+        return self._index(scope, idx, matrix)
+
+    def _index(self, scope: str, idx: ScopeIndex, matrix: np.ndarray) -> _ann.DenseIndex | None:
+        """``idx``'s index holding every row of ``matrix``: loaded from its file or built on
+        first use, extended with the rows appended since. None while another query is building
+        it (this one scans instead of waiting minutes for a large build)."""
+        if not idx.ann_lock.acquire(timeout=INDEX_WAIT_S):
+            return None
+        with _held(idx.ann_lock):
+            try:
+                if idx.ann is None:
+                    idx.ann = self._load_index(scope, idx, matrix) or _ann.DenseIndex(matrix.shape[1])
+                idx.ann.extend(matrix)
+            except Exception as exc:  # an index that cannot be built must not fail the query
+                idx.ann_failed = True
+                log.warning("dense index for a scope failed (%s: %s); scanning every vector instead",
+                            type(exc).__name__, exc)
+                return None
+            if idx.ann.count - idx.ann.saved >= self.persist_min_rows:
+                self._save_index(scope, idx, idx.ann, matrix)
+            return idx.ann
+
+    def _index_dir(self) -> Path | None:
+        """Where saved indexes live: beside a store file, never for memory or server stores."""
+        if not self.persist_index or not self.store.path or self.store.path == ":memory:":
+            return None
+        path = Path(self.store.path)
+        return path.with_name(path.name + ".ann") if path.is_file() else None
+
+    def _index_file(self, scope: str) -> Path | None:
+        folder = self._index_dir()
+        if folder is None:
+            return None
+        # Named by a digest: the folder's listing shows no scope name.
+        return folder / f"{hashlib.sha256(scope.encode('utf-8')).hexdigest()[:24]}.hnsw"
+
+    def _index_header(self, idx: ScopeIndex, dim: int) -> dict[str, object]:
+        return {"generation": idx.generation, "encoder": self.embedder.name if self.embedder else "",
+                "dim": dim}
+
+    def _load_index(self, scope: str, idx: ScopeIndex, matrix: np.ndarray) -> _ann.DenseIndex | None:
+        path = self._index_file(scope)
+        if path is None or not path.exists():
+            return None
+        t = time.perf_counter()
+        loaded = _ann.load(path, self._index_header(idx, matrix.shape[1]), matrix)
+        if loaded is not None:
+            log.info("loaded the dense index of %d rows in %.1f s", loaded.count, time.perf_counter() - t)
+        return loaded
+
+    def _save_index(self, scope: str, idx: ScopeIndex, ann: _ann.DenseIndex, matrix: np.ndarray,
+                    force: bool = False) -> None:
+        """Save ``ann`` when it is large enough, and only while its generation is current."""
+        path = self._index_file(scope)
+        if path is None or ann.count < self.persist_min_rows or (not force and ann.count <= ann.saved):
+            return
+        if self.store.generation() != idx.generation:
+            return
+        try:
+            _ann.save(ann, path, self._index_header(idx, matrix.shape[1]), matrix)
+        except OSError as exc:
+            log.warning("could not save the dense index (%s); it is rebuilt on the next open", exc)
+            return
+        if self.store.generation() != idx.generation:  # a forget ran meanwhile: no copy stays
+            _ann.remove(path)
+
+    def _drop_stale_indexes(self) -> None:
+        """Delete saved indexes built at another generation than the store's."""
+        folder = self._index_dir()
+        if folder is not None and folder.is_dir():
+            _ann.remove_stale(folder, self.store.generation())
+
     def _recent(self, scope: str, size: int, depth: int, flt: Filter) -> list[int]:
         if not _needs_store(flt):
             top = min(size, flt.before_seq if flt.before_seq is not None else size)
@@ -413,6 +691,7 @@ class Retriever:
         items = {it.seq: it for it in self.store.items(ranking.scope, chosen)}
         self.check_unchanged(idx)
         best, bm = ranking.best_piece, ranking.bm25
+        named = {r.seq for r in ranking.refs}
         cos = dict(ranking.dense[:ranking.candidate_k])
         long = [q for q, it in items.items() if it.tokens > EVIDENCE_ITEM_TOKENS]
         spans = self.store.pieces(ranking.scope, long) if long else {}
@@ -422,7 +701,8 @@ class Retriever:
             a, b = pieces.get(best.get(q, 0), pieces.get(0, (0, len(items[q].text))))
             excerpt[q] = items[q].text[a:b].strip()
         hits = tuple(
-            Hit(item=items[seq], score=score, rank=r, source=ranking.method, piece=best.get(seq),
+            Hit(item=items[seq], score=score, rank=r, source="step" if seq in named else ranking.method,
+                piece=best.get(seq),
                 unit=views.unit_of[seq], blocks=views.blocks_of(seq), bm25_score=bm.get(seq),
                 dense_score=cos.get(seq), excerpt=excerpt.get(seq))
             for r, (seq, score) in enumerate(zip(chosen, ranking.scores, strict=False))

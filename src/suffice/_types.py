@@ -22,7 +22,8 @@ class Message(TypedDict):
     content: str
 
 
-HitSource = Literal["bm25", "dense", "fused", "recency"]
+HitSource = Literal["bm25", "dense", "fused", "recency", "step"]
+"""``step``: fetched because the query named the item's step (:mod:`suffice._steps`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,10 @@ Each turn becomes two items in step order: the agent's action (kind ``action``, 
 ``agent``) and the environment's reply (kind ``observation``, speaker ``environment``), both
 verbatim (but for NUL characters, which a few tool outputs hold and the store refuses: they
 become U+2400, the visible symbol for NUL), with the turn's index in ``meta['step']``; an empty
-side is skipped. Long observations
+side is skipped. An action that is the agent's ``think`` tool (``think: {"thought": ...}``, in
+the SWE-bench episodes) is a ``thought`` item instead: it reasons and changes nothing, as a
+mini-SWE-agent step's THOUGHT text does, so every agent dataset here files reasoning under one
+kind (:mod:`suffice._datasets.trajectories`). Long observations
 are stored whole (the store pieces them for search). The questions name the steps they are about
 ("at step 37", "from step 72 to 74"); those cited steps, read from the question and its answer,
 are the evidence, as the dataset's README suggests (approximate: a cited step is sometimes the
@@ -20,14 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import _steps
 from .._errors import ImportFormatError
 from .._types import NewItem
 from .paths import shared_data_dir
+from .trajectories import clean
 
-_STEPS = re.compile(r"\b(?:steps?|turns?)\s*#?\s*(\d+)((?:\s*(?:,|and|to|through|-|–|—|&)\s*"
-                    r"(?:(?:steps?|turns?)\s*)?\d+)*)", re.IGNORECASE)
-_PART = re.compile(r"(,|and|to|through|-|–|—|&)\s*(?:(?:steps?|turns?)\s*)?(\d+)", re.IGNORECASE)
-MAX_RANGE = 50
+_THINK = re.compile(r"think:\s*\{")
+"""The think tool's call, as AMA-Bench writes actions (``name: {arguments}``)."""
+MAX_RANGE = _steps.MAX_RANGE
 """A cited range wider than this is read as its two ends only (such spans are context, not evidence)."""
 
 
@@ -62,21 +66,10 @@ def default_path() -> Path:
 
 def cited_steps(text: str, n_turns: int) -> list[int]:
     """Step numbers named in ``text`` ("step 12", "turn 40", "steps 34, 35 and 36", "from step 72 to 74",
-    "steps 3-5"), in order of first mention, kept when the episode has such a step."""
-    out: list[int] = []
-    for m in _STEPS.finditer(text):
-        nums = [int(m.group(1))]
-        tail = m.group(2) or ""
-        for part in _PART.finditer(tail):
-            sep, n = part.group(1).lower(), int(part.group(2))
-            if sep in ("to", "through", "-", "–", "—") and 0 < n - nums[-1] <= MAX_RANGE:
-                nums.extend(range(nums[-1] + 1, n + 1))
-            else:
-                nums.append(n)
-        for n in nums:
-            if 0 <= n < n_turns and n not in out:
-                out.append(n)
-    return out
+    "steps 3-5"), in order of first mention, kept when the episode has such a step. The parsing is
+    the query path's (:func:`suffice._steps.cited_steps`); "between step 73 and 76" cites the two
+    steps named, as the dataset's answers do, and there is no cap."""
+    return _steps.cited_steps(text, n_turns, between=False, limit=None)
 
 
 def load_episode(path: str | Path) -> AmaEpisode:
@@ -86,8 +79,13 @@ def load_episode(path: str | Path) -> AmaEpisode:
             raw: Any = json.load(fh)
     except FileNotFoundError:
         raise ImportFormatError(f"AMA-Bench file not found: {p}") from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, ValueError, UnicodeDecodeError) as exc:
         raise ImportFormatError(f"{p}: not a gzip JSON episode ({exc})") from None
+    return episode_from(p, raw)
+
+
+def episode_from(p: Path, raw: Any) -> AmaEpisode:
+    """The episode in ``raw``, the parsed content of the file ``p``."""
     if not isinstance(raw, dict) or not isinstance(raw.get("trajectory"), list) \
             or not isinstance(raw.get("qa_pairs"), list):
         raise ImportFormatError(f"{p}: expected an object with 'trajectory' and 'qa_pairs' lists")
@@ -97,12 +95,18 @@ def load_episode(path: str | Path) -> AmaEpisode:
     for ti, turn in enumerate(raw["trajectory"]):
         if not isinstance(turn, dict) or "turn_idx" not in turn:
             raise ImportFormatError(f"{p.name} trajectory {ti}: needs 'turn_idx'")
-        step = int(turn["turn_idx"])
+        step = turn["turn_idx"]
+        if isinstance(step, str) and step.strip().isdigit():
+            step = int(step)
+        if not isinstance(step, int) or isinstance(step, bool) or step in steps:
+            raise ImportFormatError(f"{p.name} trajectory {ti}: turn_idx must be a whole number not seen "
+                                    f"before, got {turn['turn_idx']!r}")
         steps.add(step)
-        for kind, speaker in (("action", "agent"), ("observation", "environment")):
-            text = turn.get(kind)
+        for field, speaker in (("action", "agent"), ("observation", "environment")):
+            text = turn.get(field)
             text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False) if text else ""
-            text = text.replace("\x00", "\u2400")  # a few tool outputs hold NUL bytes; the store refuses them
+            text = clean(text)  # a few tool outputs hold NUL bytes; the store refuses them
+            kind = "thought" if field == "action" and _THINK.match(text) else field
             if text.strip():
                 items.append(NewItem(text=text, speaker=speaker, role=speaker, kind=kind,
                                      meta={"step": step, "dataset": "ama"},

@@ -8,6 +8,7 @@ way they would against a real server.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,13 @@ from .base import count_text_tokens as _count
 Output = str | BaseException
 ChatScript = Callable[[Sequence[Message]], str]
 ProbScript = Callable[[Sequence[Message], Mapping[str, Sequence[str]]], Mapping[str, float]]
+
+
+def digest_answer(messages: Sequence[Message]) -> str:
+    """A deterministic answer that depends on every character of the prompt: two surfaces that
+    hand the model the same context get the same answer, and any difference shows."""
+    prompt = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+    return f"digest {hashlib.sha256(prompt.encode('utf-8')).hexdigest()[:16]}"
 
 
 def _copy(messages: Sequence[Message]) -> list[Message]:

@@ -82,6 +82,8 @@ class Store(Protocol):
         """Delete every record and link of ``scope`` (they are rebuilt from the items)."""
     def drop_embeddings(self) -> None:
         """Delete every vector of the store (before re-embedding with another encoder)."""
+    def put_audit(self, entries: Sequence[AuditEntry]) -> None:
+        """Append audit lines as given: a restored backup keeps the record of what was forgotten."""
 
     # -- reads ----------------------------------------------------------------------------------
     def scopes(self) -> list[str]: ...
@@ -97,10 +99,17 @@ class Store(Protocol):
         """Sorted seqs of the items matching ``flt``."""
     def layout(self, scope: str, after_seq: int = -1) -> Layout: ...
     def pieces(self, scope: str, seqs: Sequence[int]) -> dict[int, list[tuple[int, int, int]]]: ...
+    def piece_bodies(self, scope: str, seqs: Sequence[int]) -> dict[int, list[str]]:
+        """The pieces' bodies exactly as indexed, in piece order (they may differ from the
+        item's text: a header of speaker and date may be indexed with it)."""
     def bm25(self, scope: str, terms: Sequence[str], limit: int, flt: Filter | None = None
              ) -> list[tuple[int, int, float]]:
         """(seq, piece, score) of the best pieces, best first; larger scores are better."""
-    def embeddings(self, scope: str, encoder: str, after_seq: int = -1) -> tuple[np.ndarray, np.ndarray]: ...
+    def embeddings(self, scope: str, encoder: str, after_seq: int = -1, *,
+                   before_seq: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(seqs, matrix) of the vectors of items ``after_seq < seq < before_seq``, in seq order."""
+    def encoders(self, scope: str) -> list[str]:
+        """Sorted names of the encoders whose vectors ``scope`` holds (an export keeps them all)."""
     def missing_embeddings(self, scope: str, encoder: str) -> list[int]: ...
     def records(self, scope: str, after_unit: int = -1) -> list[tuple[int, int, int, str, str]]: ...
     def links(self, scope: str, after_src: int = -1) -> list[tuple[int, int, str, float]]: ...

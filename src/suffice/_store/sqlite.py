@@ -457,6 +457,13 @@ class SQLiteStore:
             c.execute("DELETE FROM embeddings")
             self._bump_generation(c)
 
+    def put_audit(self, entries: Sequence[AuditEntry]) -> None:
+        with self._write() as c:
+            c.executemany("INSERT INTO audit (at, action, scope_sha256, ids_sha256, counts)"
+                          " VALUES (?,?,?,?,?)",
+                          [(float(e.at), e.action, e.scope_sha256, json.dumps(list(e.ids_sha256)),
+                            json.dumps(dict(e.counts))) for e in entries])
+
     def put_record(self, scope: str, unit: int, first_seq: int, last_seq: int, text: str,
                    writer: str, links: Sequence[tuple[int, str, float]] = ()) -> bool:
         with self._write() as c:
@@ -708,6 +715,19 @@ class SQLiteStore:
                 out.setdefault(int(seq), []).append((int(idx), int(start), int(end)))
         return out
 
+    def piece_bodies(self, scope: str, seqs: Sequence[int]) -> dict[int, list[str]]:
+        table = self._fts_exists(scope)
+        out: dict[int, list[str]] = {}
+        if table is None:
+            return out
+        for part in _chunks(sorted({int(s) for s in seqs})):
+            marks = ",".join("?" * len(part))
+            for seq, body in self._read(
+                    f'SELECT p.seq, f.body FROM pieces p JOIN "{table}" f ON f.rowid = p.rowid'
+                    f" WHERE p.scope = ? AND p.seq IN ({marks}) ORDER BY p.seq, p.idx", (scope, *part)):
+                out.setdefault(int(seq), []).append(str(body))
+        return out
+
     def bm25(self, scope: str, terms: Sequence[str], limit: int, flt: Filter | None = None
              ) -> list[tuple[int, int, float]]:
         """(seq, piece idx, score) of the best pieces for ``terms``, best first.
@@ -734,16 +754,23 @@ class SQLiteStore:
             raise
         return [(int(a), int(b), float(c)) for a, b, c in rows]
 
-    def embeddings(self, scope: str, encoder: str, after_seq: int = -1) -> tuple[np.ndarray, np.ndarray]:
-        """(seqs, matrix) of stored vectors of ``encoder`` for items after ``after_seq``."""
+    def embeddings(self, scope: str, encoder: str, after_seq: int = -1, *,
+                   before_seq: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(seqs, matrix) of stored vectors of ``encoder`` for items after ``after_seq`` (and
+        before ``before_seq``)."""
         rows = self._read("SELECT seq, vec FROM embeddings WHERE scope = ? AND model = ? AND seq > ?"
-                          " ORDER BY seq", (scope, encoder, after_seq))
+                          " AND seq < ? ORDER BY seq",
+                          (scope, encoder, after_seq, 2**62 if before_seq is None else before_seq))
         if not rows:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
         seqs = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         # A writable, owned copy: BLAS is several times slower on the read-only buffer view.
         mat = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1).copy()
         return seqs, mat
+
+    def encoders(self, scope: str) -> list[str]:
+        return sorted(str(r[0]) for r in self._read("SELECT DISTINCT model FROM embeddings WHERE scope = ?",
+                                                    (scope,)))
 
     def missing_embeddings(self, scope: str, encoder: str) -> list[int]:
         return [int(r[0]) for r in self._read(

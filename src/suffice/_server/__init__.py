@@ -1,0 +1,1 @@
+"""The network surfaces (REST and MCP): thin layers over :class:`suffice.Memory`."""

@@ -1,0 +1,100 @@
+"""Step references in agent questions: "at step 78", "between step 73 and 76", "steps 34, 35 and 36".
+
+An agent's history is ordered by step (``meta['step']`` on every item the trajectory importers
+write), and questions about it name steps far more often than they paraphrase them. A step
+number is an exact address, which neither BM25 (a number is a weak term) nor an embedding
+resolves; so the prefix reads the numbers here and fetches those steps' items through the
+store's filters (:meth:`suffice._retrieve.Retriever.rank`). Pure text functions: no store, no model.
+
+State questions ("what is the inventory now", "the last time X changed", "X at step 50") are
+answered by the newest item that set the state, so :func:`asks_latest` says when a question
+wants the latest match rather than the best one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+STEP_KEY = "step"
+"""The meta key that holds an item's step (an int), as the trajectory importers write it."""
+
+MAX_RANGE = 50
+"""A range wider than this many steps is read as its two ends only: such a span is context
+("from step 3 to step 120, the agent ..."), and fetching all of it would flood the context."""
+
+MAX_REFERENCES = 64
+"""At most this many distinct steps are taken from one text (the first mentioned)."""
+
+_STEPS = re.compile(r"\b(?:steps?|turns?)\s*#?\s*(\d+)((?:\s*(?:,|and|to|through|-|–|—|&)\s*"
+                    r"(?:(?:steps?|turns?)\s*)?\d+)*)", re.IGNORECASE)
+_PART = re.compile(r"(,|and|to|through|-|–|—|&)\s*(?:(?:steps?|turns?)\s*)?(\d+)", re.IGNORECASE)
+_BETWEEN = re.compile(r"\bbetween\s+(?:steps?|turns?)\s*#?\s*(\d+)\s+and\s+"
+                      r"(?:(?:steps?|turns?)\s*)?#?\s*(\d+)", re.IGNORECASE)
+_BOUND = re.compile(r"\b(?:at|by|as of|before|until|up to|through)\s+(?:the\s+(?:end\s+of\s+)?)?"
+                    r"(?:steps?|turns?)\s*#?\s*(\d+)", re.IGNORECASE)
+_LATEST = re.compile(r"\b(?:now|current(?:ly)?|latest|last(?:\s+time)?|most\s+recent(?:ly)?|final(?:ly)?|"
+                     r"at\s+the\s+end|so\s+far|still|remaining|left)\b", re.IGNORECASE)
+_STATE = re.compile(r"\b(?:value|values|state|status|inventory|contents?|holding|score|position|count|"
+                    r"location|located|set\s+to|equal|changed?)\b", re.IGNORECASE)
+_STEP_WORDS = frozenset({"step", "steps", "turn", "turns"})
+
+
+def cited_steps(text: str, n_turns: int | None = None, *, between: bool = True,
+                limit: int | None = MAX_REFERENCES) -> list[int]:
+    """Step numbers named in ``text``, in order of first mention: "step 12", "turn 40",
+    "steps 34, 35 and 36", "from step 72 to 74", "steps 3-5"; a range wider than
+    :data:`MAX_RANGE` gives its two ends. ``between``: "between step 73 and 76" is the steps
+    from 73 to 76 (off: the two named). With ``n_turns``, only steps ``0 <= n < n_turns`` are
+    kept; at most ``limit`` steps (None: all)."""
+    out: list[int] = []
+    seen: set[int] = set()
+    spans = ({m.start(1): (int(m.group(1)), int(m.group(2))) for m in _BETWEEN.finditer(text)}
+             if between else {})
+    for m in _STEPS.finditer(text):
+        nums = [int(m.group(1))]
+        for part in _PART.finditer(m.group(2) or ""):
+            sep, n = part.group(1).lower(), int(part.group(2))
+            if sep in ("to", "through", "-", "–", "—") and 0 < n - nums[-1] <= MAX_RANGE:
+                nums.extend(range(nums[-1] + 1, n + 1))
+            else:
+                nums.append(n)
+        span = spans.get(m.start(1))
+        if span is not None and nums[:2] == list(span) and 0 < span[1] - span[0] <= MAX_RANGE:
+            nums = [*range(span[0], span[1] + 1), *nums[2:]]
+        for n in nums:
+            if n not in seen and (n_turns is None or 0 <= n < n_turns):
+                if limit is not None and len(out) >= limit:
+                    return out
+                seen.add(n)
+                out.append(n)
+    return out
+
+
+def step_bound(text: str) -> int | None:
+    """The step a state question is asked at ("at step 50", "by step 12", "as of turn 7"):
+    the latest step whose items may answer it; None when the question names none."""
+    bounds = [int(m.group(1)) for m in _BOUND.finditer(text)]
+    return max(bounds) if bounds else None
+
+
+def asks_latest(text: str) -> bool:
+    """Whether ``text`` asks for a state as it stood at some point ("now", "the last time", "the
+    value of X at step 50") rather than for an event: then the newest matching item answers it."""
+    return bool(_LATEST.search(text)) or (step_bound(text) is not None and bool(_STATE.search(text)))
+
+
+def key_terms(terms: list[str]) -> list[str]:
+    """Query terms without step words and numbers: what the state is about."""
+    return [t for t in terms if t not in _STEP_WORDS and not t.isdigit()
+            and not _LATEST.fullmatch(t)]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRef:
+    """An item fetched because the query named its step (or asked for the latest state)."""
+
+    seq: int
+    step: int
+    reason: str
+    """``step 73``, or ``latest match before step 50``: shown in the ranking and the render."""

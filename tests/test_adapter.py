@@ -1,0 +1,116 @@
+"""Memory.fit: an agent's running message list fitted into a budget, framework-shaped: system
+messages and the newest turns verbatim, the dropped middle replaced by rendered memory, and
+every message stored once."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from suffice import AccessDeniedError, BudgetError, HashEmbedder, InvalidItemError, Memory
+from suffice._adapter import message_tokens
+from suffice._server.wire import to_json, without_timings
+
+SYSTEM = {"role": "system", "content": "You are a coding agent. Use the bash tool."}
+
+
+def run(steps: int) -> list[dict]:
+    msgs = [SYSTEM, {"role": "user", "content": "Fix the bug where read_csv drops the last row."}]
+    for i in range(steps):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "bash",
+                          "arguments": f'{{"cmd": "sed -n {i * 10},{i * 10 + 9}p io.py"}}'}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "\n".join(
+            f"line {i * 10 + k}: value_{i}_{k} = compute({k})" for k in range(10))})
+    msgs.append({"role": "user", "content": "Which line defined value_3_4?"})
+    return msgs
+
+
+@pytest.fixture
+def mem():
+    m = Memory(":memory:", embedder=HashEmbedder())
+    yield m
+    m.close()
+
+
+@pytest.mark.parametrize("budget", [400, 800, 1500, 3000])
+def test_the_fitted_list_is_within_budget_and_shaped_for_a_model(mem, budget):
+    msgs = run(40)
+    fitted = mem.fit(msgs, budget, scope="run-1")
+    assert fitted.tokens == sum(message_tokens(m) for m in fitted.messages) <= budget
+    assert fitted.messages[0] == SYSTEM
+    recent = fitted.messages[-fitted.kept_recent:]
+    assert recent == msgs[-fitted.kept_recent:]                     # the newest turns, verbatim
+    assert recent[0]["role"] != "tool"                              # never a result without its call
+    assert fitted.dropped + fitted.kept_recent == len(msgs) - 1
+    memory = fitted.messages[1]
+    assert memory["role"] == "system" and memory["content"].startswith("Memory of earlier steps")
+
+
+def test_the_memory_holds_what_the_next_step_needs_from_the_dropped_middle(mem):
+    fitted = mem.fit(run(40), 1500, scope="run-1")
+    assert "value_3_4 = compute(4)" in fitted.messages[1]["content"]
+    assert all("value_3_4 = compute" not in str(m) for m in fitted.messages[2:])  # from memory alone
+
+
+def test_a_list_that_fits_comes_back_as_it_is_and_is_still_stored(mem):
+    msgs = run(2)
+    fitted = mem.fit(msgs, 10_000, scope="run-1")
+    assert fitted.messages == msgs and fitted.context is None and fitted.dropped == 0
+    assert fitted.stored == len(mem.items(scope="run-1")) > 0
+
+
+def test_sending_the_grown_list_again_stores_only_the_new_messages(mem):
+    msgs = run(10)
+    first = mem.fit(msgs, 800, scope="run-1")
+    assert mem.fit(msgs, 800, scope="run-1").stored == 0
+    grown = [*msgs, {"role": "assistant", "content": "It is line 34."}]
+    assert mem.fit(grown, 800, scope="run-1").stored == 1
+    assert len(mem.items(scope="run-1")) == first.stored + 1
+
+
+def test_bad_input_is_refused_and_nothing_is_stored(mem):
+    with pytest.raises(BudgetError):
+        mem.fit(run(2), 0, scope="run-1")
+    with pytest.raises(BudgetError, match="system messages alone"):
+        mem.fit([{"role": "system", "content": "word " * 500}, {"role": "user", "content": "hi"}], 50,
+                scope="run-1")
+    with pytest.raises(InvalidItemError):
+        mem.fit([{"content": "no role"}], 100, scope="run-1")
+    assert not mem.store.has_scope("run-1")
+
+
+def test_a_restricted_memory_fits_only_in_its_scopes(mem):
+    with pytest.raises(AccessDeniedError):
+        mem.restrict(["run-1"]).fit(run(2), 500, scope="run-2")
+
+
+def test_the_rest_server_fits_the_same_way(mem):
+    from server_utils import serving
+
+    from suffice._server.rest import create_app
+    msgs = run(30)
+    with serving(create_app(mem)) as url:
+        body = httpx.post(f"{url}/v1/fit", json={"scope": "run-1", "messages": msgs, "budget_tokens": 1200},
+                          timeout=60).json()["fitted"]
+    again = to_json(mem.fit(msgs, 1200, scope="run-1"))
+    assert without_timings({**body, "stored": 0}) == without_timings(again)
+
+
+def test_the_mcp_server_fits_the_same_way(mem):
+    import anyio
+    from mcp import Client
+
+    from suffice._server.mcp import build_mcp_server
+    msgs = run(30)
+
+    async def main():
+        async with Client(build_mcp_server(mem)) as client:
+            result = await client.call_tool("fit", {"scope": "run-1", "messages": msgs,
+                                                    "budget_tokens": 1200})
+            assert not result.is_error, result.content
+            return result.structured_content["fitted"]
+    body = anyio.run(main)
+    again = to_json(mem.fit(msgs, 1200, scope="run-1"))
+    assert without_timings({**body, "stored": 0}) == without_timings(again)

@@ -1,0 +1,339 @@
+"""The MCP server, driven by the MCP SDK's own client: over stdio against `suffice mcp` run as
+a subprocess (the way Claude Desktop and other clients launch it), over streamable HTTP on
+loopback, and in-process for the parts that need no process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+mcp = pytest.importorskip("mcp")
+
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from mcp_types import CallToolResult  # noqa: E402
+
+from suffice import HashEmbedder, Memory  # noqa: E402
+from suffice._llm import ScriptedLLM  # noqa: E402
+from suffice._server.mcp import MAX_BUDGET, LazyModel, build_mcp_server  # noqa: E402
+from suffice._server.wire import to_json, without_timings  # noqa: E402
+
+TOOLS = {"remember", "recall", "ask", "list", "forget", "fit"}
+REPLY = "Figo, a grey cat."
+QUESTION = "What is the name of Dana's cat?"
+
+
+def server_args(db: Path, *extra: str) -> list[str]:
+    return ["-m", "suffice._cli", "mcp", "--db", str(db), "--provider", "scripted", "--model", REPLY,
+            *extra]
+
+
+def stdio(db: Path, *extra: str) -> Client:
+    return Client(StdioServerParameters(command=sys.executable, args=server_args(db, *extra),
+                                        cwd=str(db.parent)))
+
+
+def run(main: Any, seconds: float = 90.0) -> None:
+    async def bounded() -> None:
+        with anyio.fail_after(seconds):
+            await main()
+    anyio.run(bounded)
+
+
+def error_text(result: CallToolResult) -> str:
+    assert result.is_error, result
+    assert result.structured_content is None
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    # Clients that read only text get the same JSON.
+    assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
+    return result.structured_content
+
+
+DANA = [
+    "Dana adopted a grey cat named Figo last spring.",
+    {"text": "I moved to Lisbon for the new job.", "speaker": "Dana", "id": "move",
+     "observed_at": "2023-05-08T10:00:00Z", "meta": {"topic": "home"}},
+    {"role": "user", "name": "Dana", "content": "Figo knocked my coffee over again this morning."},
+    {"role": "assistant", "content": "",
+     "tool_calls": [{"id": "c1", "type": "function",
+                     "function": {"name": "note", "arguments": "{\"pet\": \"Figo\"}"}}]},
+]
+
+
+def test_stdio_session_remember_list_recall_ask_forget(tmp_path: Path, embedder: Any) -> None:
+    db = tmp_path / "mcp.db"
+
+    async def main() -> None:
+        async with stdio(db) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == TOOLS
+            for t in tools.values():
+                assert t.description and t.input_schema["type"] == "object"
+                assert t.output_schema is not None and t.output_schema["type"] == "object"
+            budget = tools["recall"].input_schema["properties"]["budget_tokens"]
+            assert budget["maximum"] == MAX_BUDGET and budget["minimum"] == 1
+            assert tools["ask"].input_schema["required"] == ["question"]
+            assert tools["forget"].annotations.destructive_hint is True  # type: ignore[union-attr]
+            assert tools["recall"].annotations.read_only_hint is True  # type: ignore[union-attr]
+
+            stored = ok(await client.call_tool("remember", {"items": DANA, "scope": "dana"}))["items"]
+            assert [it["kind"] for it in stored] == ["message", "message", "message", "tool_call"]
+            assert [it["seq"] for it in stored] == [0, 1, 2, 3]
+            assert stored[1]["id"] == "move" and stored[1]["meta"] == {"topic": "home"}
+            assert stored[2]["speaker"] == "Dana" and stored[2]["role"] == "user"
+            again = ok(await client.call_tool("remember", {"items": [DANA[1]], "scope": "dana"}))
+            assert again["items"] == [stored[1]]  # a client id makes it idempotent
+            ok(await client.call_tool("remember", {"items": ["Eve keeps bees."], "scope": "eve"}))
+
+            listed = ok(await client.call_tool("list", {"scope": "dana"}))["items"]
+            assert listed == stored
+            page = ok(await client.call_tool("list", {"scope": "dana", "offset": 1, "limit": 2,
+                                                      "newest_first": True}))["items"]
+            assert [it["seq"] for it in page] == [2, 1]
+            only = ok(await client.call_tool("list", {"scope": "dana", "meta": {"topic": "home"}}))
+            assert [it["id"] for it in only["items"]] == ["move"]
+
+            ctx = ok(await client.call_tool("recall", {"query": "the cat's name", "scope": "dana",
+                                                       "budget_tokens": 300}))["context"]
+            assert "Figo" in ctx["text"] and 0 < ctx["tokens"] <= 300 and ctx["budget"] == 300
+            assert ctx["parts"] and all(p["reason"] for p in ctx["parts"])
+
+            answer = ok(await client.call_tool("ask", {"question": QUESTION, "scope": "dana"}))["answer"]
+            assert answer["text"] == REPLY
+            receipt = answer["receipt"]
+            assert receipt["model"] == "scripted" and receipt["path"] == "fast"
+            assert receipt["question"] == QUESTION and receipt["scope"] == "dana"
+            assert [c["stage"] for c in receipt["calls"]] == ["answer"]
+            assert any("Figo" in h["item"]["text"] for h in receipt["hits"])
+
+            # The same calls through the Python API, on the store the server is serving, give
+            # the same JSON (the wire shape the REST server sends too), measured times aside.
+            mem = Memory(db, embedder=embedder)
+            try:
+                assert listed == to_json(mem.items(scope="dana"))
+                same = mem.render("the cat's name", 300, scope="dana")
+                assert without_timings(ctx) == without_timings(to_json(same))
+                same_answer = mem.ask(QUESTION, scope="dana", llm=ScriptedLLM(REPLY))
+                assert without_timings(answer) == without_timings(to_json(same_answer))
+            finally:
+                mem.close()
+
+            # Errors are tool results naming the suffice error; the server keeps serving.
+            text = error_text(await client.call_tool("recall", {"query": "x", "scope": "nobody"}))
+            assert text == "UnknownScopeError: unknown scope 'nobody': it holds no items"
+            text = error_text(await client.call_tool("remember", {"items": ["  "], "scope": "dana"}))
+            assert text.startswith("InvalidItemError: item 0") and "text is empty" in text
+            text = error_text(await client.call_tool("list", {"scope": "dana", "user_id": "dana"}))
+            assert text.startswith("InvalidQueryError: give scope or user_id")
+            text = error_text(await client.call_tool("recall", {"query": "x", "scope": "dana",
+                                                                "budget_tokens": MAX_BUDGET + 1}))
+            assert "budget_tokens" in text and "less than or equal" in text
+            text = error_text(await client.call_tool("forget", {"scope": "dana"}))
+            assert text.startswith("InvalidQueryError: say what to forget")
+
+            gone = ok(await client.call_tool("forget", {"scope": "dana", "ids": ["move"]}))["forgotten"]
+            assert gone["scope"] == "dana" and gone["items"] == 1 and gone["pieces"] >= 1
+            left = ok(await client.call_tool("list", {"scope": "dana"}))["items"]
+            assert [it["id"] for it in left] == [stored[i]["id"] for i in (0, 2, 3)]
+            wiped = ok(await client.call_tool("forget", {"scope": "eve", "everything": True}))
+            assert wiped["forgotten"]["items"] == 1
+            assert ok(await client.call_tool("list", {"scope": "eve"}))["items"] == []
+
+    run(main)
+
+
+def test_a_scope_bound_server_refuses_other_scopes(tmp_path: Path, embedder: Any) -> None:
+    db = tmp_path / "bound.db"
+    mem = Memory(db, embedder=embedder)
+    mem.add("Dana's secret.", scope="dana")
+    mem.add("Eve's secret.", scope="eve")
+    mem.close()
+
+    async def main() -> None:
+        async with stdio(db, "--scope", "dana") as client:
+            # One bound scope is the default of calls that name none.
+            mine = ok(await client.call_tool("list", {}))["items"]
+            assert [it["text"] for it in mine] == ["Dana's secret."]
+            ok(await client.call_tool("remember", {"items": ["More of Dana."]}))
+            for tool, args, asked in [
+                    ("list", {"scope": "eve"}, "eve"),
+                    ("recall", {"query": "secret", "scope": "eve"}, "eve"),
+                    ("ask", {"question": "What is the secret?", "scope": "eve"}, "eve"),
+                    ("remember", {"items": ["x"], "scope": "eve"}, "eve"),
+                    ("forget", {"scope": "eve", "everything": True}, "eve"),
+                    ("list", {"user_id": "dana"}, "user:dana")]:
+                # The message names the scope asked for, never the ones granted.
+                assert error_text(await client.call_tool(tool, args)) == (
+                    f"AccessDeniedError: access to scope '{asked}' is not granted"), tool
+
+    run(main)
+    mem = Memory(db, embedder=embedder)
+    try:
+        assert [it.text for it in mem.items(scope="eve")] == ["Eve's secret."]  # nothing reached it
+        assert [it.text for it in mem.items(scope="dana")] == ["Dana's secret.", "More of Dana."]
+    finally:
+        mem.close()
+
+
+def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
+    """Everything on stdout is JSON-RPC: start-up lines, warnings and logs go to stderr."""
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "remember", "arguments": {"items": ["hello"], "scope": "s"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "recall", "arguments": {"query": "x", "scope": "missing"}}},
+    ]
+    proc = subprocess.Popen([sys.executable, *server_args(tmp_path / "raw.db")], cwd=tmp_path,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        for m in messages:  # one at a time, each answered before the next is sent
+            proc.stdin.write(json.dumps(m) + "\n")
+            proc.stdin.flush()
+            if "id" in m:
+                lines.append(proc.stdout.readline())
+        rest, stderr = proc.communicate(timeout=60)  # closes stdin: the server then exits
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines += rest.splitlines()
+    replies = [json.loads(line) for line in lines if line.strip()]
+    assert [r["id"] for r in replies] == [1, 2, 3]
+    assert replies[0]["result"]["serverInfo"]["name"] == "suffice"
+    assert replies[1]["result"]["structuredContent"]["items"][0]["text"] == "hello"
+    assert replies[2]["result"]["isError"] is True
+    assert "serving over stdio" in stderr
+    assert proc.returncode == 0
+
+
+def test_streamable_http_on_loopback(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, *server_args(tmp_path / "http.db", "--transport", "http",
+                                                          "--port", "0")],
+                            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        url = ""
+        deadline = time.monotonic() + 60
+        while not url and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            if "streamable HTTP on " in line:
+                url = line.split("streamable HTTP on ", 1)[1].strip()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp"), url
+
+        async def main() -> None:
+            async with Client(url) as client:
+                assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+                ok(await client.call_tool("remember", {"items": ["Dana's cat is Figo."], "scope": "d"}))
+                ctx = ok(await client.call_tool("recall", {"query": "cat", "scope": "d",
+                                                           "budget_tokens": 100}))["context"]
+                assert "Figo" in ctx["text"]
+                answer = ok(await client.call_tool("ask", {"question": "Whose cat?", "scope": "d"}))
+                assert answer["answer"]["text"] == REPLY
+                assert error_text(await client.call_tool("list", {"scope": "d", "user_id": "x"}))
+
+        run(main)
+        assert proc.poll() is None  # still serving
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--transport", "http", "--host", "0.0.0.0"), "binds loopback only"),
+    (("--transport", "carrier-pigeon"), "unknown transport"),
+    (("--provider", "psychic"), "unknown provider"),
+])
+def test_cli_refuses_bad_options_before_opening_the_store(tmp_path: Path, args: tuple[str, ...],
+                                                          message: str) -> None:
+    from typer.testing import CliRunner
+
+    from suffice._cli import app
+    r = CliRunner().invoke(app, ["mcp", "--db", str(tmp_path / "never.db"), *args])
+    assert r.exit_code == 2 and message in r.output
+    assert not (tmp_path / "never.db").exists()
+
+
+# -- in process: no subprocess, a hashing embedder ------------------------------------------------
+
+def test_the_model_is_built_on_the_first_ask_only(tmp_path: Path) -> None:
+    built: list[ScriptedLLM] = []
+
+    def factory() -> ScriptedLLM:
+        built.append(ScriptedLLM("an answer"))
+        return built[-1]
+
+    mem = Memory(tmp_path / "lazy.db", embedder=HashEmbedder())
+    lazy = LazyModel(factory)
+    server = build_mcp_server(mem, llm=lazy)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            ok(await client.call_tool("remember", {"items": ["one fact"], "scope": "s"}))
+            ok(await client.call_tool("recall", {"query": "fact", "scope": "s"}))
+            ok(await client.call_tool("list", {"scope": "s"}))
+            assert not built and not lazy.loaded
+            refused = await client.call_tool("ask", {"question": "What fact?", "scope": "nobody"})
+            assert error_text(refused).startswith("UnknownScopeError") and not built
+            for _ in range(2):
+                assert ok(await client.call_tool("ask", {"question": "What fact?", "scope": "s"})
+                          )["answer"]["text"] == "an answer"
+            assert len(built) == 1 and len(built[0].calls) == 2
+
+    try:
+        run(main, 30)
+    finally:
+        mem.close()
+
+
+def test_prefix_binding_and_no_default_scope_for_several(tmp_path: Path) -> None:
+    mem = Memory(tmp_path / "prefix.db", embedder=HashEmbedder())
+    mem.add("red notes", scope="team:red")
+    mem.add("blue notes", scope="team:blue")
+    mem.add("private", scope="ceo")
+    server = build_mcp_server(mem, scopes=["team:*", "ops"], llm=ScriptedLLM("x"))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            for scope in ("team:red", "team:blue"):
+                assert ok(await client.call_tool("list", {"scope": scope}))["items"]
+            assert error_text(await client.call_tool("list", {"scope": "ceo"})).startswith(
+                "AccessDeniedError")
+            # Two patterns: no default scope, so a call naming none asks for 'default'.
+            assert error_text(await client.call_tool("list", {})) == (
+                "AccessDeniedError: access to scope 'default' is not granted")
+            text = error_text(await client.call_tool("forget", {"scope": "team:red", "everything": True,
+                                                                "ids": ["a"]}))
+            assert text.startswith("InvalidQueryError: everything=true")
+            assert ok(await client.call_tool("list", {"scope": "team:red"}))["items"]
+
+    try:
+        run(main, 30)
+    finally:
+        mem.close()
+    assert Memory(tmp_path / "prefix.db", embedder=HashEmbedder()).items(scope="ceo")[0].text == "private"

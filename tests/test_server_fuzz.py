@@ -1,0 +1,30 @@
+"""A schema-driven fuzz run of the REST server (schemathesis): whatever a client sends that the
+OpenAPI schema allows, or nearly allows, the server answers without a 5xx."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis")
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+from suffice import HashEmbedder, Memory, ScriptedLLM  # noqa: E402
+from suffice._server.rest import create_app  # noqa: E402
+
+_DIR = Path(tempfile.mkdtemp(prefix="suffice-fuzz-"))
+_MEM = Memory(_DIR / "fuzz.db", embedder=HashEmbedder(), llm=ScriptedLLM("<answer>ok</answer>"))
+_MEM.add(["Ana moved to Lisbon in May.", "Her cat Figo came too."], user_id="ana", observed_at="2025-06-01")
+_MEM.add(["Bob lives in Porto."], scope="default")
+schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_MEM))
+
+
+@schema.parametrize()
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_request_makes_the_server_fail(case):
+    response = case.call()
+    assert response.status_code < 500, (case.method, case.path, case.body, response.text)
+    if response.status_code >= 400:
+        assert set(response.json()["error"]) == {"code", "type", "message"}

@@ -1,0 +1,192 @@
+"""The REST server over a real loopback socket: every route, keys bound to scopes, JSON errors
+with stable codes, body limits, deadlines, and concurrent writers that lose nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+
+from server_utils import serving  # noqa: E402
+
+from suffice import HashEmbedder, KeyRing, Memory, ScriptedLLM  # noqa: E402
+from suffice._server.rest import ServerSettings, create_app  # noqa: E402
+from suffice._server.wire import to_json, without_timings  # noqa: E402
+
+
+@pytest.fixture
+def mem(tmp_path):
+    m = Memory(tmp_path / "m.db", embedder=HashEmbedder(),
+               llm=ScriptedLLM(lambda msgs: "<answer>Lisbon</answer>"))
+    m.add(["Ana moved to Lisbon in May.", "Her cat Figo came with her."], user_id="ana",
+          observed_at="2025-06-01")
+    m.add(["Bob lives in Porto."], user_id="bob")
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def keyed(mem, tmp_path):
+    ring = KeyRing(tmp_path / "keys.json")
+    ana, _ = ring.create(["user:ana"])
+    admin, _ = ring.create(["*"])
+    with serving(create_app(mem, keys=ring)) as url:
+        yield url, {"ana": {"Authorization": f"Bearer {ana}"}, "admin": {"X-API-Key": admin}}, ring
+
+
+@pytest.fixture
+def dev(mem):
+    with serving(create_app(mem)) as url:
+        yield url
+
+
+def test_health_needs_no_key(keyed):
+    url, _, _ = keyed
+    assert httpx.get(f"{url}/v1/health").json()["status"] == "ok"
+
+
+def test_every_route_answers_over_the_socket(dev, mem):
+    c = httpx.Client(base_url=dev, timeout=30)
+    added = c.post("/v1/items", json={"user_id": "ana", "items": [
+        "She works at a bakery.", {"text": "Figo likes fish.", "id": "fig-1", "meta": {"t": 1}}]})
+    assert added.status_code == 201 and [i["seq"] for i in added.json()["items"]] == [2, 3]
+    msgs = c.post("/v1/messages", json={"user_id": "ana", "run_id": "chat-2", "messages": [
+        {"role": "user", "content": "Remind me to buy fish."}]})
+    assert msgs.status_code == 201 and msgs.json()["items"][0]["session"] == "chat-2"
+    assert c.get("/v1/items/fig-1", params={"user_id": "ana"}).json()["item"]["meta"] == {"t": 1}
+    listed = c.get("/v1/items", params={"user_id": "ana", "meta": '{"t": 1}'}).json()["items"]
+    assert [i["id"] for i in listed] == ["fig-1"]
+    assert len(c.get("/v1/items", params={"user_id": "ana", "limit": 2, "newest_first": True}
+                     ).json()["items"]) == 2
+    ev = c.post("/v1/search", json={"user_id": "ana", "query": "Where does Ana live?", "k": 2}).json()
+    assert ev["evidence"]["hits"] and "Lisbon" in ev["evidence"]["text"]
+    ctx = c.post("/v1/render", json={"user_id": "ana", "query": "cat", "budget_tokens": 200}).json()
+    assert ctx["context"]["tokens"] <= 200 and ctx["context"]["parts"]
+    ans = c.post("/v1/ask", json={"user_id": "ana", "question": "Where does Ana live?"}).json()["answer"]
+    assert ans["text"] == "Lisbon" and ans["receipt"]["path"] == "fast" and ans["receipt"]["calls"]
+    assert c.get("/v1/stats", params={"scope": "user:ana"}).json()["stats"]["items"] == 5
+    assert c.get("/v1/scopes").json()["scopes"] == ["user:ana", "user:bob"]
+    assert c.delete("/v1/items/fig-1", params={"user_id": "ana"}).json()["forgotten"]["items"] == 1
+    gone = c.post("/v1/forget", json={"user_id": "ana", "run_id": "chat-2"}).json()["forgotten"]
+    assert gone["items"] == 1 and mem.stats("user:ana").items == 3
+
+
+def test_the_payload_is_the_core_result_as_json(dev, mem):
+    body = httpx.post(f"{dev}/v1/search", json={"user_id": "ana", "query": "cat", "k": 2}).json()
+    direct = to_json(mem.search("cat", user_id="ana", k=2))
+    assert without_timings(body["evidence"]) == without_timings(direct)
+
+
+def test_a_key_reads_its_scopes_and_gets_403_elsewhere(keyed):
+    url, auth, _ = keyed
+    c = httpx.Client(base_url=url, headers=auth["ana"])
+    assert c.post("/v1/search", json={"user_id": "ana", "query": "Lisbon"}).status_code == 200
+    for method, path, kw in [
+        ("POST", "/v1/search", {"json": {"user_id": "bob", "query": "Porto"}}),
+        ("POST", "/v1/render", {"json": {"user_id": "bob", "query": "Porto", "budget_tokens": 100}}),
+        ("POST", "/v1/ask", {"json": {"user_id": "bob", "question": "Where?"}}),
+        ("POST", "/v1/items", {"json": {"user_id": "bob", "items": ["planted"]}}),
+        ("POST", "/v1/forget", {"json": {"user_id": "bob"}}),
+        ("GET", "/v1/items", {"params": {"user_id": "bob"}}),
+        ("GET", "/v1/items/x", {"params": {"user_id": "bob"}}),
+        ("DELETE", "/v1/items/x", {"params": {"user_id": "bob"}}),
+        ("GET", "/v1/stats", {"params": {"scope": "user:bob"}}),
+    ]:
+        r = c.request(method, path, **kw)
+        assert r.status_code == 403, (method, path, r.text)
+        assert r.json()["error"]["code"] == "forbidden"
+        assert "Porto" not in r.text
+    assert c.get("/v1/scopes").json()["scopes"] == ["user:ana"]
+    assert c.get("/v1/stats").json()["stats"]["items"] == 2
+    admin = httpx.get(f"{url}/v1/stats", headers=auth["admin"]).json()["stats"]
+    assert admin["items"] == 3
+
+
+def test_no_key_or_a_wrong_or_revoked_key_is_401(keyed):
+    url, auth, ring = keyed
+    body = {"user_id": "ana", "query": "Lisbon"}
+    for headers in ({}, {"Authorization": "Bearer sfk_nothing"}, {"Authorization": "Basic abc"}):
+        r = httpx.post(f"{url}/v1/search", json=body, headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+    ring.revoke(ring.keys()[0].key_id)
+    assert httpx.post(f"{url}/v1/search", json=body, headers=auth["ana"]).status_code == 401
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    ({"user_id": "ana", "query": ""}, "invalid_input"),
+    ({"user_id": "ana", "query": "x", "k": -1}, "invalid_input"),
+    ({"user_id": "ana", "query": "x", "k": 10**7}, "invalid_input"),
+    ({"user_id": "ana", "query": "x", "surprise": 1}, "invalid_input"),
+    ({"user_id": "nobody", "query": "x"}, "unknown_scope"),
+    ({"scope": "a", "user_id": "b", "query": "x"}, "invalid_input"),
+    ({"user_id": "ana", "query": "x", "since": "2025-07-01", "until": "2025-01-01"}, "invalid_input"),
+])
+def test_bad_requests_get_a_json_error_with_a_stable_code(dev, body, code):
+    r = httpx.post(f"{dev}/v1/search", json=body)
+    assert r.status_code in (404, 422) and r.json()["error"]["code"] == code
+    assert set(r.json()["error"]) == {"code", "type", "message"}
+
+
+def test_a_bad_add_writes_nothing(dev, mem):
+    before = mem.stats().items
+    r = httpx.post(f"{dev}/v1/items", json={"user_id": "ana", "items": ["fine", "   "]})
+    assert r.status_code == 422 and "empty" in r.json()["error"]["message"]
+    r = httpx.post(f"{dev}/v1/items", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert mem.stats().items == before
+
+
+def test_a_body_over_the_limit_is_refused_unread(mem):
+    app = create_app(mem, settings=ServerSettings(max_body_bytes=10_000))
+    with serving(app) as url:
+        big = {"user_id": "ana", "items": ["word " * 5_000]}
+        r = httpx.post(f"{url}/v1/items", json=big)
+        assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+
+        def chunks():  # no Content-Length: counted while it streams
+            yield b'{"user_id": "ana", "items": ["'
+            for _ in range(100):
+                yield b"x" * 1_000
+            yield b'"]}'
+        r = httpx.post(f"{url}/v1/items", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413
+    assert mem.stats("user:ana").items == 2
+
+
+def test_a_slow_ask_answers_within_the_servers_deadline(tmp_path):
+    slow = ScriptedLLM("<answer>late</answer>", delay_s=5.0)
+    with Memory(tmp_path / "s.db", embedder=HashEmbedder(), llm=slow) as m:
+        m.add("Ana moved to Lisbon.", user_id="ana")
+        app = create_app(m, settings=ServerSettings(ask_deadline_s=0.5))
+        with serving(app) as url:
+            r = httpx.post(f"{url}/v1/ask", json={"user_id": "ana", "question": "Where?"}, timeout=20)
+    # The engine keeps the deadline: it answers from the evidence and says so in the receipt.
+    receipt = r.json()["answer"]["receipt"]
+    assert r.status_code == 200 and receipt["degraded"] and receipt["deadline_s"] == 0.5
+
+
+def test_concurrent_writers_lose_and_double_nothing(dev, mem):
+    def writer(n: int) -> None:
+        with httpx.Client(base_url=dev, timeout=60) as c:
+            for j in range(10):
+                items = [{"text": f"writer {n} note {j} part {p}", "id": f"w{n}-{j}-{p}"} for p in range(3)]
+                assert c.post("/v1/items", json={"scope": "shared", "items": items}).status_code == 201
+                # the same batch again is a no-op (idempotent ids)
+                assert c.post("/v1/items", json={"scope": "shared", "items": items}).status_code == 201
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    items = mem.items(scope="shared")
+    assert len(items) == 8 * 10 * 3 == len({it.id for it in items})
+    assert [it.seq for it in items] == list(range(240))
+
+
+def test_the_openapi_schema_lists_every_route(dev):
+    paths = httpx.get(f"{dev}/openapi.json").json()["paths"]
+    assert {"/v1/items", "/v1/items/{item_id}", "/v1/messages", "/v1/search", "/v1/render",
+            "/v1/ask", "/v1/forget", "/v1/stats", "/v1/scopes", "/v1/health"} <= set(paths)

@@ -1,0 +1,122 @@
+"""Step-aware memory: questions that name steps get those steps' items first, on both backends,
+within the query's filters and "as of" bound; stores without steps are untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from suffice import HashEmbedder, Memory, NewItem
+from suffice._config import RenderConfig, RetrievalConfig, StoreConfig
+from suffice._steps import asks_latest, cited_steps, key_terms, step_bound
+from suffice._types import Filter
+
+
+def test_references_are_parsed_singly_in_lists_ranges_and_between() -> None:
+    assert cited_steps("What did the agent do at step 78?") == [78]
+    assert cited_steps("steps 34, 35 and 36, then turn 40") == [34, 35, 36, 40]
+    assert cited_steps("from step 72 to 74") == [72, 73, 74]
+    assert cited_steps("between step 73 and 76") == [73, 74, 75, 76]
+    assert cited_steps("between step 73 and 76", between=False) == [73, 76]
+    assert cited_steps("from step 1 to step 90") == [1, 90]  # too wide: its ends only
+    assert cited_steps("steps 3-5 and step 500", 100) == [3, 4, 5]
+    assert cited_steps("no numbers here, nor 12 alone") == []
+    assert len(cited_steps("steps " + ", ".join(str(i) for i in range(0, 400, 2)))) == 64
+
+
+def test_state_questions_are_told_from_event_questions() -> None:
+    assert asks_latest("What is the inventory now?")
+    assert asks_latest("When was the last time config.py changed?")
+    assert asks_latest("What was the value of x at step 50?")
+    assert step_bound("the value of x at step 50") == 50
+    assert not asks_latest("What did the agent do at step 78?")
+    assert key_terms(["value", "x", "step", "50", "now"]) == ["value", "x"]
+
+
+def _run(n: int = 30) -> list[NewItem]:
+    """A small agent run: per step an action and its observation; step 7 sets the counter."""
+    out = []
+    for s in range(n):
+        act = "echo counter=41 > state.txt" if s == 7 else f"ls dir_{s}"
+        obs = "wrote state.txt" if s == 7 else f"file_{s}_a.py file_{s}_b.py"
+        if s == 19:
+            act, obs = "echo counter=42 > state.txt", "wrote state.txt again"
+        out.append(NewItem(text=act, kind="action", speaker="agent", meta={"step": s}, id=f"r:{s}:action"))
+        out.append(NewItem(text=obs, kind="observation", speaker="env", meta={"step": s},
+                           id=f"r:{s}:observation"))
+    return out
+
+
+@pytest.fixture
+def stepped(store_location: Callable[[str], str]) -> Iterator[Memory]:
+    mem = Memory(store_location("steps"), embedder=HashEmbedder(), store_config=StoreConfig.for_agent())
+    mem.add(_run(), scope="run")
+    yield mem
+    mem.close()
+
+
+def _steps_of(mem: Memory, seqs: tuple[int, ...]) -> list[int]:
+    by = {it.seq: it.meta["step"] for it in mem.items(scope="run", limit=None)}
+    return [by[q] for q in seqs]
+
+
+def test_named_steps_are_fetched_first_on_both_backends(stepped: Memory) -> None:
+    r = stepped.retriever.rank("run", "What happened between step 11 and 12?", stepped.retrieval, depth=20)
+    named = [ref for ref in r.refs if "before" not in ref.reason]
+    assert [ref.step for ref in named] == [11, 11, 12, 12]
+    assert _steps_of(stepped, r.seqs[:4]) == [11, 11, 12, 12]
+    assert {ref.reason for ref in named} == {"step 11", "step 12"}
+    before = [ref.step for ref in r.refs if "before" in ref.reason]
+    assert before == [10, 10, 9, 9]  # then the steps just before the first named one
+    ev = stepped.search("What happened at step 11?", scope="run", k=5)
+    assert [h.source for h in ev.hits[:2]] == ["step", "step"]
+    assert {h.item.meta["step"] for h in ev.hits[:2]} == {11}
+
+
+def test_references_obey_the_filter_and_the_bound(stepped: Memory) -> None:
+    q = "What happened at step 11 and step 25?"
+    only_obs = stepped.retriever.rank("run", q, stepped.retrieval, flt=Filter(kind="observation"))
+    assert {stepped.store.items("run", [ref.seq])[0].kind for ref in only_obs.refs} == {"observation"}
+    bounded = stepped.retriever.rank("run", q, stepped.retrieval, flt=Filter(before_seq=40))
+    assert bounded.refs and all(ref.seq < 40 for ref in bounded.refs)
+    assert 25 not in {ref.step for ref in bounded.refs}  # step 25 happened after the bound
+    off = stepped.retriever.rank("run", q, RetrievalConfig(step_refs=False))
+    assert off.refs == ()
+
+
+def test_a_state_question_gets_the_newest_setter_before_its_step(stepped: Memory) -> None:
+    r = stepped.retriever.rank("run", "What was the counter value at step 15?", stepped.retrieval)
+    latest = [ref for ref in r.refs if ref.reason.startswith("latest")]
+    assert [ref.step for ref in latest] == [7]  # step 19 set it again, but after step 15
+    now = stepped.retriever.rank("run", "What is the counter now?", stepped.retrieval)
+    assert [ref.step for ref in now.refs if ref.reason.startswith("latest")] == [19]
+
+
+def test_the_render_shows_named_steps_before_other_detail(stepped: Memory) -> None:
+    items = {it.meta["step"]: it for it in stepped.items(scope="run", limit=None) if it.kind == "observation"}
+    config = RenderConfig.for_agent()
+    ctx = stepped.render("What did the observation at step 3 list?", 300, scope="run", agent=True,
+                         render=config)
+    assert items[3].text in ctx.text
+    assert any(p.reason == "step 3" for p in ctx.parts)
+    assert ctx.tokens <= ctx.cap
+    # As of step 10 (items before seq 20): step 3 is still there, step 12 is not yet.
+    asof = stepped.renderer.render("run", "What did steps 3 and 12 list?", 300, config=config,
+                                   retrieval=stepped.retrieval, flt=Filter(before_seq=20), agent=True)
+    assert items[3].text in asof.text and items[12].text not in asof.text
+    assert all(q < 20 for p in asof.parts for q in p.seqs)
+
+
+def test_no_effect_without_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    mem = Memory(tmp_path / "chat.db", embedder=HashEmbedder())
+    try:
+        mem.add([f"At step {i} of the recipe, add {i} grams of salt." for i in range(12)], scope="chat")
+        q = "What happens at step 3 of the recipe now?"
+        on = mem.retriever.rank("chat", q, mem.retrieval)
+        off = mem.retriever.rank("chat", q, RetrievalConfig(step_refs=False))
+        assert on.refs == () and on.seqs == off.seqs
+        assert mem.render(q, 200, scope="chat").text == mem.render(
+            q, 200, scope="chat", retrieval=RetrievalConfig(step_refs=False)).text
+    finally:
+        mem.close()
