@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._config import RenderConfig
+from ._config import RenderConfig, RetrievalConfig
 from ._errors import BudgetError, InvalidItemError
+from ._render import Renderer
 from ._tokens import count_tokens
-from ._types import Context, Filter
+from ._types import Context, Filter, Item
 
-if TYPE_CHECKING:
-    from ._api import Identity, Memory
+Add = Callable[[list[dict[str, Any]], str, str], list[Item]]
+"""(messages with ids, scope, session) -> the items as stored: how the adapter writes."""
 
 MESSAGE_OVERHEAD = 4
 """Tokens a chat format spends per message beyond its content (role and separators)."""
@@ -66,10 +67,11 @@ def _message_id(session: str, index: int, msg: Mapping[str, Any]) -> str:
     return f"{session}:{index}:{hashlib.sha256(body.encode('utf-8')).hexdigest()[:16]}"
 
 
-def fit_messages(mem: Memory, ident: Identity, messages: Sequence[Mapping[str, Any]], budget_tokens: int, *,
-                 session: str, recent_share: float = 0.25, query: str | None = None,
-                 render: RenderConfig | None = None, memory_role: str = "system") -> FittedMessages:
-    """See :meth:`suffice.Memory.fit`."""
+def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope: str,
+                 messages: Sequence[Mapping[str, Any]], budget_tokens: int, *, session: str,
+                 recent_share: float = 0.25, query: str | None = None, render: RenderConfig | None = None,
+                 memory_role: str = "system") -> FittedMessages:
+    """See :meth:`suffice.Memory.fit`; the memory hands in how to write and how to render."""
     if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens <= 0:
         raise BudgetError(f"budget_tokens must be a positive whole number, got {budget_tokens!r}")
     if not 0.0 < recent_share <= 1.0:
@@ -95,9 +97,10 @@ def fit_messages(mem: Memory, ident: Identity, messages: Sequence[Mapping[str, A
     # Written once: ids from session and position, so a re-sent list stores only its new tail.
     body = msgs[lead:]
     with_ids = [{**m, "id": m.get("id") or _message_id(session, lead + i, m)} for i, m in enumerate(body)]
-    before = mem.stats(ident.scope).items if mem.store.has_scope(ident.scope) else 0
-    stored = mem.add(with_ids, scope=ident.scope, session=session) if with_ids else []
-    after = mem.stats(ident.scope).items
+    store = renderer.store
+    before = store.stats(scope).items if store.has_scope(scope) else 0
+    stored = add(with_ids, scope, session) if with_ids else []
+    after = store.stats(scope).items if store.has_scope(scope) else 0
     first_seq: dict[str, int] = {}
     for it in stored:
         base = it.id.split("#call", 1)[0]
@@ -128,8 +131,8 @@ def fit_messages(mem: Memory, ident: Identity, messages: Sequence[Mapping[str, A
         cut = first_seq.get(with_ids[start - lead]["id"]) if start < len(msgs) else None
         flt = Filter(before_seq=cut) if cut is not None else None
         q = query if query is not None else _last_text(msgs)
-        context = mem.renderer.render(ident.scope, q, left, config=render or RenderConfig.for_agent(),
-                                      retrieval=mem.retrieval, flt=flt, agent=False)
+        context = renderer.render(scope, q, left, config=render or RenderConfig.for_agent(),
+                                  retrieval=retrieval, flt=flt, agent=False)
         if context.text:
             middle = [{"role": memory_role, "content": f"{MEMORY_HEADER}\n{context.text}"}]
     out = [*msgs[:lead], *middle, *recent]

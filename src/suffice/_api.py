@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from ._access import Grant
+from ._adapter import FittedMessages, fit_messages
 from ._config import EngineConfig, RenderConfig, RenderMode, RetrievalConfig, StoreConfig
 from ._deep import MemoryAgent
 from ._embed.protocol import Embedder, Reranker
@@ -59,7 +60,6 @@ from ._types import AuditEntry, Context, Evidence, Filter, ForgetReport, Item, N
 from ._views import piece_spans
 
 if TYPE_CHECKING:
-    from ._adapter import FittedMessages
     from ._datasets.locomo import LocomoConversation
 
 DEFAULT_SCOPE = "default"
@@ -610,13 +610,13 @@ class Memory:
         the session and position: sending the grown list again stores only what is new), so a
         list that fits is returned as it is, and nothing dropped is lost.
         """
-        from ._adapter import fit_messages
-
         ident = self._ident(scope, user_id, agent_id, run_id)
         sess = _pick_session(ident, session) or "agent"
         config = _config(render, RenderConfig, "render", RenderConfig.for_agent())
-        return fit_messages(self, ident, messages, budget_tokens, session=sess, recent_share=recent_share,
-                            query=query, render=config, memory_role=memory_role)
+        return fit_messages(lambda msgs, scope, sess_: self.add(msgs, scope=scope, session=sess_),
+                            self._renderer, self.retrieval, ident.scope, messages, budget_tokens,
+                            session=sess, recent_share=recent_share, query=query, render=config,
+                            memory_role=memory_role)
 
     def ask(self, question: str, *, scope: str | None = None, user_id: str | None = None,
             agent_id: str | None = None, run_id: str | None = None, llm: LLM | None = None,

@@ -27,7 +27,7 @@ from .. import _steps
 from .._errors import ImportFormatError
 from .._types import NewItem
 from .paths import shared_data_dir
-from .trajectories import clean
+from .text import clean
 
 _THINK = re.compile(r"think:\s*\{")
 """The think tool's call, as AMA-Bench writes actions (``name: {arguments}``)."""

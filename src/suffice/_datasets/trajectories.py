@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import ImportFormatError
 from .._types import NewItem
 from .paths import shared_data_dir
+from .text import clean
 
 if TYPE_CHECKING:
     from .ama import AmaEpisode
@@ -74,17 +75,6 @@ class Trajectory:
         """Index into ``items`` of the first item at ``step`` or later: ``items[:i]`` is what had
         happened just before that step (``len(items)`` when no item is that late)."""
         return next((i for i, it in enumerate(self.items) if it.meta["step"] >= step), len(self.items))
-
-
-def clean(text: str) -> str:
-    """``text`` as a store can hold it, every other character kept."""
-    if "\x00" in text:
-        text = text.replace("\x00", "\u2400")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
-    return text
 
 
 class _Builder:

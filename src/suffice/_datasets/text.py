@@ -1,0 +1,14 @@
+"""Text as a store can hold it: the one clean-up every dataset reader applies."""
+
+from __future__ import annotations
+
+
+def clean(text: str) -> str:
+    """``text`` as a store can hold it, every other character kept."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\u2400")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
