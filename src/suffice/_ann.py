@@ -90,10 +90,15 @@ class DenseIndex:
                                        faiss.METRIC_INNER_PRODUCT)
             _index.hnsw.efConstruction = EXPANSION_ADD
         self._index: Any = _index
-        self._node_rows = list(node_rows.tolist()) if node_rows is not None else []
-        """Row of each node (the first row with that vector)."""
+        self._nodes = 0 if node_rows is None else int(node_rows.shape[0])
+        self._node_arr = np.zeros(max(1024, self._nodes), dtype=np.int64)
+        """Row of each node (the first row with that vector), in its first ``_nodes`` slots."""
+        if node_rows is not None:
+            self._node_arr[:self._nodes] = node_rows
         self._copies: dict[int, list[int]] = copies or {}
         """Node -> later rows with the same vector."""
+        self._copy_arrays: tuple[np.ndarray, np.ndarray] | None = None
+        """(node, row) of every copy as arrays, made when a filtered search first needs them."""
         self._seen: dict[bytes, int] = {}
         self.count = count
         """Rows covered so far: rows ``0 .. count-1`` of the matrix."""
@@ -103,7 +108,7 @@ class DenseIndex:
 
     def _remember(self, matrix: np.ndarray) -> None:
         """Rebuild the vector -> node map of a loaded index from the rows it was built from."""
-        for node, row in enumerate(self._node_rows):
+        for node, row in enumerate(self._node_arr[:self._nodes].tolist()):
             self._seen.setdefault(_key(matrix[row]), node)
 
     def extend(self, matrix: np.ndarray) -> int:
@@ -118,11 +123,15 @@ class DenseIndex:
                     continue
                 node = self._seen.get(key)
                 if node is None:
-                    self._seen[key] = len(self._node_rows)
-                    self._node_rows.append(r)
+                    if self._nodes == self._node_arr.shape[0]:
+                        self._node_arr = np.concatenate([self._node_arr, np.zeros_like(self._node_arr)])
+                    self._seen[key] = self._nodes
+                    self._node_arr[self._nodes] = r
+                    self._nodes += 1
                     self._index.add(row)
                 else:
                     self._copies.setdefault(node, []).append(r)
+                    self._copy_arrays = None
                 self.count = r + 1
                 added += 1
         return added
@@ -134,10 +143,10 @@ class DenseIndex:
         search as the share kept drops; the caller drops the rows of such a node it does not allow."""
         faiss = _faiss()
         with self.lock:
-            nodes = len(self._node_rows)
+            nodes = self._nodes
             if not nodes or count <= 0:
                 return np.zeros(0, dtype=np.int64)
-            node_rows = np.asarray(self._node_rows, dtype=np.int64)
+            node_rows = self._node_arr[:nodes]
             params = faiss.SearchParametersHNSW()
             share = 1.0
             if allowed is not None:
@@ -145,27 +154,34 @@ class DenseIndex:
                 m = min(self.count, allowed.shape[0])
                 ok[:m] = allowed[:m]
                 mask = ok[node_rows]
-                for node, rows in self._copies.items():
-                    if not mask[node] and ok[rows].any():
-                        mask[node] = True
+                copy_nodes, copy_rows = self._copies_as_arrays()
+                mask[copy_nodes[ok[copy_rows]]] = True  # a node is allowed when any copy is
                 share = max(int(mask.sum()), 1) / nodes
                 bits = np.packbits(mask, bitorder="little")
                 params.sel = faiss.IDSelectorBitmap(nodes, faiss.swig_ptr(bits))
             params.efSearch = search_width(ef, count, share)
             q = np.ascontiguousarray(qvec, dtype=np.float32).reshape(1, -1)
             _, ids = self._index.search(q, min(count, nodes), params=params)
-            found = [int(i) for i in ids[0] if i >= 0]
-            rows = [r for i in found for r in (node_rows[i], *self._copies.get(i, ()))]
+            found = ids[0][ids[0] >= 0]
+            if not self._copies:
+                return np.asarray(node_rows[found], dtype=np.int64)
+            rows = [r for i in found.tolist() for r in (int(node_rows[i]), *self._copies.get(i, ()))]
             return np.asarray(rows, dtype=np.int64)
+
+    def _copies_as_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._copy_arrays is None:
+            nodes = sorted(self._copies)
+            self._copy_arrays = (
+                np.asarray([n for n in nodes for _ in self._copies[n]], dtype=np.int64),
+                np.asarray([r for n in nodes for r in self._copies[n]], dtype=np.int64))
+        return self._copy_arrays
 
     def state(self) -> dict[str, np.ndarray]:
         """The row bookkeeping saved beside the faiss index."""
         with self.lock:
-            nodes = sorted(self._copies)
-            return {"node_rows": np.asarray(self._node_rows, dtype=np.int64),
-                    "copy_nodes": np.asarray([n for n in nodes for _ in self._copies[n]], dtype=np.int64),
-                    "copy_rows": np.asarray([r for n in nodes for r in self._copies[n]], dtype=np.int64),
-                    "count": np.asarray([self.count], dtype=np.int64)}
+            copy_nodes, copy_rows = self._copies_as_arrays()
+            return {"node_rows": self._node_arr[:self._nodes].copy(), "copy_nodes": copy_nodes,
+                    "copy_rows": copy_rows, "count": np.asarray([self.count], dtype=np.int64)}
 
 
 def _key(row: np.ndarray) -> bytes:

@@ -877,7 +877,8 @@ AgentJudgeOpt = Annotated[bool, typer.Option("--judge/--no-judge", help=(
 
 
 bench_agent_app = typer.Typer(no_args_is_help=True, help=(
-    "Agent-memory recall on real runs (no LLM): is the evidence inside a B-token context?"))
+    "Agent memory on real runs: recall of the evidence in a B-token context (evidence, "
+    "checkpoints; no LLM) and question answering (qa, beam)."))
 bench_app.add_typer(bench_agent_app, name="agent")
 
 

@@ -640,9 +640,10 @@ def _markers_cost(stream: _Stream) -> int:
 def _step_recovery(call: _Call, refs: Sequence[StepRef], scores: _Scores, stream: _Stream, lines: _Lines,
                    detail: list[_Part], left: int, *, excerpts: bool = True,
                    base: float = STEP_PRIORITY) -> int:
-    """The items the query named by step, in the order named: whole when they fit, else an
-    excerpt around their best piece in what is left (a huge observation still shows its part
-    that matches the question)."""
+    """The items the query named by step, in the order named: whole when they fit, else (with
+    ``excerpts``) an excerpt around their best piece in what is left, so a huge observation still
+    shows its part that matches the question. Also shows the ranked hits that follow them
+    (``excerpts=False``, a lower ``base`` priority)."""
     _fetch(call, lines, sorted({r.seq for r in refs}))
     for i, ref in enumerate(refs):
         seq = ref.seq
