@@ -149,3 +149,22 @@ def test_a_second_reader_of_the_key_file_sees_new_and_revoked_keys(tmp_path):
     admin.revoke(key.key_id)
     with pytest.raises(AuthenticationError):
         server.authenticate(token)
+
+
+def test_views_share_the_memorys_one_model(tmp_path):
+    loads = []
+
+    class Counting(Memory):
+        def default_llm(self):
+            if self._view_of is None and self._llm is None:
+                loads.append(1)
+                from suffice import ScriptedLLM
+                self._llm = ScriptedLLM("<answer>x</answer>")
+            return super().default_llm()
+
+    with Counting(tmp_path / "m.db", embedder=HashEmbedder()) as mem:
+        mem.add("Ana moved to Lisbon.", user_id="ana")
+        mem.add("Bob lives in Porto.", user_id="bob")
+        mem.restrict(["user:ana"]).ask("Where?", user_id="ana")
+        mem.restrict(["user:bob"]).ask("Where?", user_id="bob")
+        assert len(loads) == 1 and mem.restrict(["*"]).default_llm() is mem.default_llm()

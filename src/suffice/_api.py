@@ -685,6 +685,8 @@ class Memory:
         constructor; by default the trained router when one is installed and was trained on
         this memory's encoder (``suffice.data/router``, or the folder ``$SUFFICE_ROUTER``
         names), else None (the engine then uses the retrieval-signal router)."""
+        if self._view_of is not None and self._router == "default":
+            return self._view_of.router  # resolved once, on the memory the views share
         with self._llm_lock:
             if self._router == "default":
                 from ._route.trained import default_router
@@ -694,6 +696,8 @@ class Memory:
     def default_llm(self) -> LLM:
         """The memory's model: the one given, else the local shipped model (``[local]`` extra),
         loaded on first use and then kept."""
+        if self._view_of is not None and self._llm is None:
+            return self._view_of.default_llm()  # views share the memory's one model
         with self._llm_lock:  # concurrent first asks load the model once
             if self._llm is None:
                 from ._llm import make_llm
