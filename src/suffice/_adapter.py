@@ -97,17 +97,16 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     # Written once: ids from session and position, so a re-sent list stores only its new tail.
     body = msgs[lead:]
     with_ids = [{**m, "id": m.get("id") or _message_id(session, lead + i, m)} for i, m in enumerate(body)]
-    store = renderer.store
-    before = store.stats(scope).items if store.has_scope(scope) else 0
+    last_seq = renderer.store.max_seq(scope)  # -1 for a new scope
     stored = add(with_ids, scope, session) if with_ids else []
-    after = store.stats(scope).items if store.has_scope(scope) else 0
+    written = sum(1 for it in stored if it.seq > last_seq)  # messages stored before come back as they were
     first_seq: dict[str, int] = {}
     for it in stored:
         base = it.id.split("#call", 1)[0]
         first_seq.setdefault(base, it.seq)
 
     if sum(costs) <= budget_tokens:
-        return FittedMessages(list(msgs), sum(costs), budget_tokens, len(body), 0, None, after - before)
+        return FittedMessages(list(msgs), sum(costs), budget_tokens, len(body), 0, None, written)
 
     # Recent window: newest messages while they fit in recent_share of the budget (the newest
     # one always, when it fits the budget at all); it never starts with a tool result cut off
@@ -140,7 +139,7 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     if tokens > budget_tokens and middle:  # token merges at the header's seam: never over budget
         out = [*msgs[:lead], *recent]
         tokens, context = sum(message_tokens(m) for m in out), None
-    return FittedMessages(out, tokens, budget_tokens, len(recent), start - lead, context, after - before)
+    return FittedMessages(out, tokens, budget_tokens, len(recent), start - lead, context, written)
 
 
 def _last_text(msgs: Sequence[Mapping[str, Any]]) -> str:
