@@ -113,7 +113,7 @@ class CachedVectors:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        vec: np.ndarray = self.model.embed([text])[0]
+        vec: np.ndarray = self.model.embed_query(text)  # the model's query session, as Memory uses it
         return vec
 
 
@@ -307,7 +307,7 @@ def main() -> int:
     embedder: Any = load_encoder(args.encoder) if args.encoder else "default"
     embed_rate = None
     if args.vector_cache:
-        model = load_encoder(args.encoder) if args.encoder else MiniLMEmbedder()
+        model = load_encoder(args.encoder) if args.encoder else MiniLMEmbedder(query_cache=0)
         sample = corpus(2000)
         model.embed(sample[:50])
         t = time.perf_counter()

@@ -109,17 +109,19 @@ class Counting:
     def __init__(self, memory: Memory):
         self.bm25 = self.embeds = 0
         store, embedder = memory.store, memory.embedder
-        bm25, embed = store.bm25, embedder.embed
+        # MiniLM runs batches and queries (each on its own session) through _embed.
+        runs = "_embed" if hasattr(embedder, "_embed") else "embed"
+        bm25, embed = store.bm25, getattr(embedder, runs)
 
         def count_bm25(*a, **kw):
             self.bm25 += 1
             return bm25(*a, **kw)
 
-        def count_embed(texts):
+        def count_embed(texts, *a):
             self.embeds += len(texts)
-            return embed(texts)
+            return embed(texts, *a)
         store.bm25 = count_bm25  # type: ignore[method-assign]
-        embedder.embed = count_embed  # type: ignore[method-assign]
+        setattr(embedder, runs, count_embed)
 
 
 @pytest.mark.parametrize("context", ["render", "prefix"])

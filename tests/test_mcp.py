@@ -4,10 +4,12 @@ loopback, and in-process for the parts that need no process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,10 +227,11 @@ def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
     assert proc.returncode == 0
 
 
-def test_streamable_http_on_loopback(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, *server_args(tmp_path / "http.db", "--transport", "http",
-                                                          "--port", "0")],
-                            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+@contextlib.contextmanager
+def http_server(db: Path, *extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`suffice mcp --transport http --port 0` as a subprocess: its announced URL, and it."""
+    proc = subprocess.Popen([sys.executable, *server_args(db, "--transport", "http", "--port", "0", *extra)],
+                            cwd=db.parent, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
@@ -241,7 +244,18 @@ def test_streamable_http_on_loopback(tmp_path: Path) -> None:
             if "streamable HTTP on " in line:
                 url = line.split("streamable HTTP on ", 1)[1].strip()
         assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp"), url
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
+
+def test_streamable_http_on_loopback(tmp_path: Path) -> None:
+    with http_server(tmp_path / "http.db") as (url, proc):
         async def main() -> None:
             async with Client(url) as client:
                 assert {t.name for t in (await client.list_tools()).tools} == TOOLS
@@ -255,17 +269,64 @@ def test_streamable_http_on_loopback(tmp_path: Path) -> None:
 
         run(main)
         assert proc.poll() is None  # still serving
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+
+
+def _post_status(url: str, token: str | None) -> int:
+    """HTTP status of a bare initialize POST (401 is the bearer middleware's refusal)."""
+    import urllib.error
+    import urllib.request
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"}}}).encode()
+    req = urllib.request.Request(url, data=body, method="POST", headers={
+        "content-type": "application/json", "accept": "application/json, text/event-stream",
+        **({"authorization": f"Bearer {token}"} if token else {})})
+    try:  # the URL is announced once the socket listens: no retry needed
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_streamable_http_with_keys_gives_each_key_its_scopes(tmp_path: Path) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from suffice._access import KeyRing
+    ring = KeyRing(tmp_path / "keys.json")
+    key_a, a = ring.create(["team:a"], "a")
+    key_b, _ = ring.create(["team:b"], "b")
+    with http_server(tmp_path / "keyed.db", "--keys", str(tmp_path / "keys.json")) as (url, _):
+        assert _post_status(url, None) == 401
+        assert _post_status(url, "sk-not-a-key") == 401
+        assert _post_status(url, key_a) != 401
+
+        def client(token: str) -> Client:
+            return Client(streamable_http_client(url, http_client=create_mcp_http_client(
+                headers={"Authorization": f"Bearer {token}"})))
+
+        async def main() -> None:
+            async with client(key_a) as ca:
+                ok(await ca.call_tool("remember", {"items": ["Dana's cat is Figo."]}))  # team:a, by default
+                assert "Figo" in ok(await ca.call_tool("recall", {"query": "cat", "budget_tokens": 100}))[
+                    "context"]["text"]
+                assert "AccessDeniedError" in error_text(await ca.call_tool("list", {"scope": "team:b"}))
+            async with client(key_b) as cb:
+                assert ok(await cb.call_tool("list", {}))["items"] == []
+                assert "AccessDeniedError" in error_text(await cb.call_tool("recall", {
+                    "query": "cat", "scope": "team:a"}))
+                assert "AccessDeniedError" in error_text(await cb.call_tool("forget", {
+                    "scope": "team:a", "everything": True}))
+
+        run(main)
+        assert ring.revoke(a.key_id)
+        assert _post_status(url, key_a) == 401  # refused from the next request on
+        assert _post_status(url, key_b) != 401
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--transport", "http", "--host", "0.0.0.0"), "binds loopback only"),
+    (("--keys", "keys.json"), "needs --transport http"),
     (("--transport", "carrier-pigeon"), "unknown transport"),
     (("--provider", "psychic"), "unknown provider"),
 ])

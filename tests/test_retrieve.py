@@ -58,6 +58,14 @@ class CountingEmbedder:
         return self.inner.embed_query(text)
 
 
+def test_a_query_is_embedded_as_the_same_text_stored_would_be(embedder):
+    # Queries go through a single-threaded session of their own; the vector must not change.
+    texts = ["When did Caroline go to the LGBTQ support group?", "the ferry leaves at nine"]
+    stored = embedder.embed(texts)
+    for text, vec in zip(texts, stored, strict=True):
+        assert np.allclose(embedder.embed_query(text), vec, atol=1e-6)
+
+
 def test_embeddings_persist_and_are_computed_once_per_item(tmp_path, embedder):
     path = tmp_path / "m.db"
     counting = CountingEmbedder(embedder)

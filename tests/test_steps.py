@@ -9,7 +9,7 @@ import pytest
 
 from suffice import HashEmbedder, Memory, NewItem
 from suffice._config import RenderConfig, RetrievalConfig, StoreConfig
-from suffice._steps import asks_latest, cited_steps, key_terms, step_bound
+from suffice._steps import acted_on, asks_latest, cited_steps, key_terms, step_bound
 from suffice._types import Filter
 
 
@@ -32,6 +32,15 @@ def test_state_questions_are_told_from_event_questions() -> None:
     assert step_bound("the value of x at step 50") == 50
     assert not asks_latest("What did the agent do at step 78?")
     assert key_terms(["value", "x", "step", "50", "now"]) == ["value", "x"]
+
+
+def test_enumeration_questions_name_the_object_acted_on() -> None:
+    assert acted_on("Before step 49, which actions were performed on toiletpaper 2 and at which "
+                    "steps?") == "toiletpaper 2"
+    assert acted_on("What commands were run against setup.py before step 30?") == "setup.py"
+    assert acted_on("which tool calls did the agent make on the file utils/io.py") == "utils/io.py"
+    assert acted_on("Which action triggered it?") is None
+    assert acted_on("How many actions occurred between step 6 and step 9?") is None
 
 
 def _run(n: int = 30) -> list[NewItem]:
@@ -93,6 +102,40 @@ def test_a_state_question_gets_the_newest_setter_before_its_step(stepped: Memory
     assert [ref.step for ref in now.refs if ref.reason.startswith("latest")] == [19]
 
 
+def test_an_enumeration_question_gets_every_action_on_its_object(stepped: Memory) -> None:
+    acts = {4: "take widget 1 from shelf 2", 9: "take widget 10 from shelf 1", 16: "put widget 1 in drawer 3",
+            25: "clean widget 1 with sink 1"}
+    stepped.add([NewItem(text=t, kind="action", speaker="agent", meta={"step": s}, id=f"shop:{s}:action")
+                 for s, t in acts.items()]
+                + [NewItem(text=f"You see widget 1 and widget 10 on shelf {s}.", kind="observation",
+                           speaker="env", meta={"step": s}, id=f"shop:{s}:observation") for s in range(30)],
+                scope="shop")
+    r = stepped.retriever.rank("shop", "Before step 20, which actions were performed on widget 1?",
+                               stepped.retrieval)
+    acted = [ref for ref in r.refs if "an action on widget 1" in ref.reason]
+    assert sorted({ref.step for ref in acted}) == [4, 16]  # not widget 10, not after step 20
+    assert {stepped.store.items("shop", [ref.seq])[0].kind for ref in acted} == {"action", "observation"}
+
+
+def test_named_steps_take_room_from_the_recent_window(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    mem = Memory(tmp_path / "w.db", embedder=HashEmbedder(), store_config=StoreConfig.for_agent())
+    try:
+        long_obs = " ".join(f"row {i}: value {i * 7}" for i in range(60))  # ~300 tokens
+        run = [NewItem(text=long_obs if s == 2 else f"ok {s}", kind="observation", meta={"step": s},
+                       id=f"w:{s}:observation") for s in range(40)]
+        mem.add(run, scope="w")
+        q = "What did the observation at step 2 show?"
+        wide = RenderConfig.for_agent(recent_share=0.5)
+        ctx = mem.render(q, 500, scope="w", agent=True, render=wide)
+        kept = mem.render(q, 500, scope="w", agent=True, render=wide.replace(steps_over_recent=False))
+        assert long_obs in ctx.text and long_obs not in kept.text
+        assert ctx.tokens <= ctx.cap and kept.tokens <= kept.cap
+        recent = [p for p in ctx.parts if p.kind == "recent"]
+        assert recent and len(recent) < len([p for p in kept.parts if p.kind == "recent"])
+    finally:
+        mem.close()
+
+
 def test_the_render_shows_named_steps_before_other_detail(stepped: Memory) -> None:
     items = {it.meta["step"]: it for it in stepped.items(scope="run", limit=None) if it.kind == "observation"}
     config = RenderConfig.for_agent()
@@ -106,6 +149,16 @@ def test_the_render_shows_named_steps_before_other_detail(stepped: Memory) -> No
                                    retrieval=stepped.retrieval, flt=Filter(before_seq=20), agent=True)
     assert items[3].text in asof.text and items[12].text not in asof.text
     assert all(q < 20 for p in asof.parts for q in p.seqs)
+
+
+def test_only_a_question_that_names_steps_pulls_the_ranked_hits_whole(stepped: Memory) -> None:
+    config = RenderConfig.for_agent()
+    named = stepped.render("What did the observation at step 3 list?", 400, scope="run", agent=True,
+                           render=config)
+    assert any(p.reason.startswith("hit ") for p in named.parts)
+    state = stepped.render("What is the counter now?", 400, scope="run", agent=True, render=config)
+    assert any(p.reason.startswith("latest match") for p in state.parts)
+    assert not any(p.reason.startswith("hit ") for p in state.parts)  # unit recovery follows instead
 
 
 def test_no_effect_without_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]

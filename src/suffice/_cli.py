@@ -844,7 +844,8 @@ def _agent_qa_judge(use: bool, provider: str, model: str | None, base_url: str |
 def _agent_qa(dataset: str, data: Path | None, sources: int | None, per_source: int, limit: int | None,
               variants: str, budget: int, provider: str, model: str | None, base_url: str | None,
               use_judge: bool, judge_provider: str, judge_model: str | None, judge_base_url: str | None,
-              out_path: Path, store: Path, cache: Path | None, json_out: Path | None) -> None:
+              out_path: Path, store: Path, cache: Path | None, json_out: Path | None,
+              deep_model: str | None = None) -> None:
     from ._bench import agent_qa
     wanted = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in wanted if v not in agent_qa.VARIANTS]
@@ -854,6 +855,8 @@ def _agent_qa(dataset: str, data: Path | None, sources: int | None, per_source: 
     llm = cached_reader(provider, model, base_url, cache)
     judge_llm = _agent_qa_judge(use_judge, judge_provider, judge_model, judge_base_url, cache)
     mem = agent_qa.open_store(str(store), configured_embedder() or "default")
+    if deep_model:  # the capacity lever of docs/benchmarks.md section 7
+        mem.deep_llm = cached_reader(provider, deep_model, base_url, cache)
     with progress_bar("questions", None) as advance:
         summary = agent_qa.main(dataset, mem=mem, llm=llm, judge_llm=judge_llm, data=data, sources=sources,
                                 per_source=per_source, limit=limit, variants=wanted, budget=budget,
@@ -866,6 +869,9 @@ def _agent_qa(dataset: str, data: Path | None, sources: int | None, per_source: 
         say(f"wrote {json_out}")
 
 
+DeepModelOpt = Annotated[str | None, typer.Option(help=(
+    "Model that writes the deep path's answers (a shipped name or GGUF path for local; the "
+    "server's model name for http); default: the reader."))]
 AgentVariantsOpt = Annotated[str, typer.Option(help=(
     "Comma list of fast, deep, auto, truncation, prefix-fill."))]
 JudgeProviderOpt = Annotated[str, typer.Option(help="Judge provider: local or http (OpenAI-compatible).")]
@@ -950,6 +956,7 @@ def bench_agent_qa(
                         ] = Path("runs/agent_qa_ama.jsonl"),
     store: Annotated[Path, typer.Option(help="Store the sampled episodes are ingested into.")
                      ] = Path("runs/agent_qa_ama.db"),
+    deep_model: DeepModelOpt = None,
     cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost and time).")
                      ] = Path("runs/llm_cache_agent_qa.db"),
     json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
@@ -962,7 +969,8 @@ def bench_agent_qa(
     """
     with errors():
         _agent_qa("ama", data, episodes, per_episode, limit, variants, budget, provider, model, base_url,
-                  use_judge, judge_provider, judge_model, judge_base_url, out_path, store, cache, json_out)
+                  use_judge, judge_provider, judge_model, judge_base_url, out_path, store, cache, json_out,
+                  deep_model)
 
 
 @bench_agent_app.command("beam")
@@ -984,6 +992,7 @@ def bench_beam(
                         ] = Path("runs/agent_qa_beam.jsonl"),
     store: Annotated[Path, typer.Option(help="Store the sampled conversations are ingested into.")
                      ] = Path("runs/agent_qa_beam.db"),
+    deep_model: DeepModelOpt = None,
     cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost and time).")
                      ] = Path("runs/llm_cache_agent_qa.db"),
     json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
@@ -993,7 +1002,7 @@ def bench_beam(
     with errors():
         _agent_qa("beam", data, conversations, per_ability, limit, variants, budget, provider, model,
                   base_url, use_judge, judge_provider, judge_model, judge_base_url, out_path, store, cache,
-                  json_out)
+                  json_out, deep_model)
 
 
 @app.command()
@@ -1173,8 +1182,11 @@ def mcp_server(
     scopes: Annotated[list[str] | None, typer.Option("--scope", "-s", help=(
         "Bind the server to this scope (repeatable): a name, or a prefix ending in *; one name "
         "is also the default scope of every call. Default: every scope."))] = None,
+    keys: Annotated[Path | None, typer.Option("--keys", help=(
+        "With --transport http: require an API key of this file (`suffice keys add`) on every "
+        "request, each key limited to its scopes; the server may then bind any address."))] = None,
     allow_remote: Annotated[bool, typer.Option("--allow-remote", help=(
-        "Let --transport http bind a non-loopback address (the server has no authentication)."))
+        "Let --transport http without --keys bind a non-loopback address (no authentication)."))
     ] = False,
     provider: ProviderOpt = "local",
     model: ModelOpt = None,
@@ -1189,15 +1201,24 @@ def mcp_server(
             fail(f"unknown provider {provider!r}; use local, http or scripted")
         from ._server.mcp import LazyModel, build_mcp_server, check_http
         from ._server.mcp import serve as serve_mcp
+        ring = None
+        if keys is not None:
+            if transport != "http":
+                fail("--keys needs --transport http: over stdio the client that launches the "
+                     "server is the only caller")
+            from ._access import KeyRing
+            ring = KeyRing(keys)
+            if not ring.keys():
+                fail(f"no API keys in {keys}: create one with `suffice keys add --scope SCOPE --keys {keys}`")
         if transport == "http":
-            check_http(host, path, allow_remote)
+            check_http(host, path, allow_remote or ring is not None)
 
         # No model is loaded before the first ask: clients launch the server for every session.
         lazy = (None if provider == "local" and model is None
                 else LazyModel(lambda: make_reader(provider, model, base_url)))
         mem = open_memory(db)
         try:
-            server = build_mcp_server(mem, scopes=scopes, llm=lazy)
+            server = build_mcp_server(mem, scopes=scopes, llm=lazy, keys=ring)
             serve_mcp(server, "http" if transport == "http" else "stdio", host=host, port=port, path=path,
                       allow_remote=allow_remote, announce=lambda line: say(line, "dim", to=err))
         finally:

@@ -167,6 +167,9 @@ class RenderConfig(_Config):
         "E: size of an excerpt centred on a unit's best piece."))
     recent_share: float = Field(0.25, ge=0.0, le=1.0, description=(
         "Agent mode: share of B kept for the newest items verbatim (FlexA-Mem: 0.25)."))
+    steps_over_recent: bool = Field(True, description=(
+        "Agent mode: when the query names steps, the recent window shrinks to leave them room "
+        "(the query asked for them; the newest items it did not)."))
     raw_first: bool = Field(False, description=(
         "Unit recovery: whole unit if it fits, else excerpt (off: every unit's excerpt first, "
         "then whole units while they fit, so more units get a look)."))
@@ -186,8 +189,11 @@ class RenderConfig(_Config):
 
     @classmethod
     def for_agent(cls, **changes: Any) -> RenderConfig:
-        """Agent trajectories: more timeline, stronger links, whole units (FlexA-Mem)."""
-        return cls(**{"timeline_share": 0.5, "link_discount": 0.9, "mode": "unit", **changes})
+        """Agent trajectories: more timeline, stronger links, whole units (FlexA-Mem), each whole
+        before any excerpt (on the agent runs of docs/benchmarks.md section 9 that put more
+        evidence in context at every budget)."""
+        return cls(**{"timeline_share": 0.5, "link_discount": 0.9, "mode": "unit", "raw_first": True,
+                      **changes})
 
     def depth(self, budget: int) -> int:
         """Pieces (and dense items) a ranking must hold for a render of ``budget`` tokens."""

@@ -43,7 +43,7 @@ from ._config import RenderConfig, RenderMode, RetrievalConfig
 from ._errors import BudgetError, ConfigError
 from ._records import RECORD_PREFIX, RecordIndex, header_line
 from ._retrieve import Ranking, Retriever, ScopeIndex
-from ._steps import StepRef
+from ._steps import StepRef, cited_steps
 from ._store.base import Store
 from ._tokens import count_tokens
 from ._types import Context, ContextPart, Filter, Item, Unit
@@ -375,8 +375,20 @@ class Renderer:
         recent_items: list[Item] = []
         first_recent = n_items
         if agent:
-            recent_items, recent = _recent_window(call, n_items,
-                                                  math.floor(config.recent_share * budget), cap)
+            window = math.floor(config.recent_share * budget)
+            if (config.steps_over_recent and ranking is None and retrieval.step_refs
+                    and cited_steps(query)):
+                # The query names steps: they outrank the newest items, so the window gives way
+                # to them. The ranking is made over the whole history (hits inside the window
+                # are dropped below, where the window is shown instead).
+                t1 = time.perf_counter()
+                ranking = self.ranking(scope, query, budget, config, retrieval, flt)
+                timings["rank_ms"] = _ms(t1)
+                need = sum(idx.views.tokens[r.seq] + STEP_LINE_TOKENS for r in ranking.refs
+                           if r.reason == f"step {r.step}" and r.seq < n_items
+                           and (allowed is None or r.seq in allowed))
+                window = max(0, min(window, cap - need))
+            recent_items, recent = _recent_window(call, n_items, window, cap)
             if recent_items:
                 first_recent = recent_items[0].seq
         recent_cost = sum(p.tokens for p in recent) + (count_tokens(RECENT_LABEL) + 1 if recent else 0)
@@ -409,7 +421,10 @@ class Renderer:
         refs = [r for r in (ranking.refs if ranking is not None else ())
                 if r.seq < first_recent and (allowed is None or r.seq in allowed)]
         hits: list[StepRef] = []
-        if refs and ranking is not None and STEP_HITS:  # then the rest of the fused ranking, whole
+        # When the query addressed steps (not only a latest state), the rest of the fused
+        # ranking follows them whole; a state question's one newest match goes before the
+        # usual detail instead (on SWE-bench the hits crowded out whole units: §9).
+        if any(r.reason.startswith("step ") for r in refs) and ranking is not None and STEP_HITS:
             named = {r.seq for r in refs}
             # The ranking's hits, then deeper: BM25's items, then dense's, in their order.
             deeper = [*ranking.seqs, *(q for q, _p, _s in ranking.pieces), *(q for q, _c in ranking.dense)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,7 +36,7 @@ from . import _ann
 from ._config import RetrievalConfig, StoreConfig
 from ._embed.protocol import Embedder, Reranker
 from ._errors import InvalidQueryError, StoreError
-from ._steps import STEP_KEY, StepRef, asks_latest, cited_steps, key_terms, step_bound
+from ._steps import STEP_KEY, StepRef, acted_on, asks_latest, cited_steps, key_terms, step_bound
 from ._store.base import Store
 from ._text import embedding_text, query_terms
 from ._types import Evidence, Filter, Hit, Unit
@@ -56,6 +57,10 @@ PRECEDING_STEPS = 2
 """After the named steps come the this many steps before each (an action answers the state the
 steps before it left; AMA-Bench answers cite them). Chosen on the first 10 AMA-Bench episodes
 (120 questions) and reported on all 166."""
+ACTION_KINDS = ("action", "tool_call")
+"""Item kinds that are an agent's acts (the trajectory importers' names)."""
+MAX_ACTED_STEPS = 20
+"""Most steps an enumeration question ("which actions on X") fetches, the earliest first."""
 LATEST_CANDIDATES = 20
 """A state question's newest match is picked among this many best BM25 items of its key terms."""
 LATEST_FLOOR = 0.5
@@ -441,8 +446,13 @@ class Retriever:
         meta = dict(flt.meta or {})
         pinned = meta.get(STEP_KEY)
         named = cited_steps(query)
-        # The named steps, then the steps just before each (what the agent acted on there).
+        # The named steps, the steps of every action on the object an enumeration question
+        # names, then the steps just before each named one (what the agent acted on there).
         wanted = [(n, f"step {n}") for n in named]
+        obj = acted_on(query)
+        if obj is not None:
+            wanted += [(n, f"step {n} (an action on {obj})")
+                       for n in self._acted_steps(scope, query, obj, flt)]
         wanted += [(n - k, f"step {n - k} (before step {n})") for n in named
                    for k in range(1, PRECEDING_STEPS + 1) if n - k >= 0 and n - k not in named]
         done: set[int] = set()
@@ -459,6 +469,25 @@ class Retriever:
             if latest is not None:
                 out.append(latest)
         return tuple(out)
+
+    def _acted_steps(self, scope: str, query: str, obj: str, flt: Filter) -> list[int]:
+        """Steps (earliest first) of the actions whose text names ``obj`` as a whole phrase, up
+        to the question's step bound: BM25 finds candidates, the phrase decides."""
+        terms = query_terms(obj)
+        if not terms:
+            return []
+        pat = re.compile(r"(?<![\w/.-])" + re.escape(obj) + r"(?![\w/-]|\.\w)", re.IGNORECASE)
+        bound = step_bound(query)
+        cand: set[int] = set()
+        for kind in ACTION_KINDS:
+            cand.update(q for q, _p, _s in self.store.bm25(scope, terms, 400, replace(flt, kind=kind)))
+        steps: set[int] = set()
+        for it in self.store.items(scope, sorted(cand)):
+            step = it.meta.get(STEP_KEY)
+            if (isinstance(step, int) and not isinstance(step, bool) and (bound is None or step <= bound)
+                    and pat.search(it.text)):
+                steps.add(step)
+        return sorted(steps)[:MAX_ACTED_STEPS]
 
     def _latest_match(self, scope: str, query: str, terms: Sequence[str],
                       pieces: Sequence[tuple[int, int, float]], flt: Filter,

@@ -9,6 +9,10 @@ store's filters (:meth:`suffice._retrieve.Retriever.rank`). Pure text functions:
 State questions ("what is the inventory now", "the last time X changed", "X at step 50") are
 answered by the newest item that set the state, so :func:`asks_latest` says when a question
 wants the latest match rather than the best one.
+
+Enumeration questions ("which actions were performed on soapbar 1 before step 49", "what commands
+touched setup.py") want every action on one object, not the few that rank best:
+:func:`acted_on` reads the object, and the prefix fetches each action that names it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ _LATEST = re.compile(r"\b(?:now|current(?:ly)?|latest|last(?:\s+time)?|most\s+re
 _STATE = re.compile(r"\b(?:value|values|state|status|inventory|contents?|holding|score|position|count|"
                     r"location|located|set\s+to|equal|changed?)\b", re.IGNORECASE)
 _STEP_WORDS = frozenset({"step", "steps", "turn", "turns"})
+_ACTED_ON = re.compile(r"\b(?:actions?|commands?|tool\s+calls?|operations?)\b[^.?!;]{0,40}?\b"
+                       r"(?:on|to|with|involving|touching|against)\s+(?:the\s+)?"
+                       r"(?:(?:file|folder|directory|table|column|page|object|item)\s+)?"
+                       r"([A-Za-z_][\w./-]*(?:\s+\d+)?)", re.IGNORECASE)
+_NOT_OBJECTS = frozenset({"it", "them", "this", "that", "these", "those", "step", "steps", "turn",
+                          "turns", "each", "every", "which", "what", "its", "their", "a", "an"})
 
 
 def cited_steps(text: str, n_turns: int | None = None, *, between: bool = True,
@@ -82,6 +92,16 @@ def asks_latest(text: str) -> bool:
     """Whether ``text`` asks for a state as it stood at some point ("now", "the last time", "the
     value of X at step 50") rather than for an event: then the newest matching item answers it."""
     return bool(_LATEST.search(text)) or (step_bound(text) is not None and bool(_STATE.search(text)))
+
+
+def acted_on(text: str) -> str | None:
+    """The object an enumeration question asks the actions on ("which actions were performed on
+    soapbar 1" → ``soapbar 1``; "commands run against setup.py" → ``setup.py``), or None."""
+    for m in _ACTED_ON.finditer(text):
+        phrase = " ".join(m.group(1).split())
+        if phrase.split()[0].lower() not in _NOT_OBJECTS:
+            return phrase
+    return None
 
 
 def key_terms(terms: list[str]) -> list[str]:

