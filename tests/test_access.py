@@ -38,6 +38,14 @@ def test_a_grant_matches_names_prefixes_and_everything():
     assert Grant.of(["*"]).allows("anything") and Grant.of("*").everything
 
 
+def test_two_grants_meet_in_the_scopes_both_allow():
+    bound = Grant.of(["team:a"])
+    assert bound.intersect(Grant.of(["*"])) == Grant.of(["team:a"])
+    assert bound.intersect(Grant.of(["team:*", "x"])) == Grant.of(["team:a"])
+    assert Grant.of(["a:*"]).intersect(Grant.of(["a:b*", "c"])) == Grant.of(["a:b*"])
+    assert bound.intersect(Grant.of(["team:b"])) is None
+
+
 def test_a_grant_refuses_malformed_patterns():
     with pytest.raises(InvalidInputError):
         Grant.of([])

@@ -299,7 +299,7 @@ def test_streamable_http_with_keys_gives_each_key_its_scopes(tmp_path: Path) -> 
     with http_server(tmp_path / "keyed.db", "--keys", str(tmp_path / "keys.json")) as (url, _):
         assert _post_status(url, None) == 401
         assert _post_status(url, "sk-not-a-key") == 401
-        assert _post_status(url, key_a) != 401
+        assert 200 <= _post_status(url, key_a) < 300
 
         def client(token: str) -> Client:
             return Client(streamable_http_client(url, http_client=create_mcp_http_client(
@@ -321,7 +321,33 @@ def test_streamable_http_with_keys_gives_each_key_its_scopes(tmp_path: Path) -> 
         run(main)
         assert ring.revoke(a.key_id)
         assert _post_status(url, key_a) == 401  # refused from the next request on
-        assert _post_status(url, key_b) != 401
+        assert 200 <= _post_status(url, key_b) < 300
+
+
+def test_a_key_on_a_scope_bound_server_reaches_what_both_allow(tmp_path: Path) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from suffice._access import KeyRing
+    ring = KeyRing(tmp_path / "keys.json")
+    admin, _ = ring.create(["*"], "admin")
+    other, _ = ring.create(["team:b"], "b")
+    with http_server(tmp_path / "bound.db", "--scope", "team:a", "--keys", str(tmp_path / "keys.json")) \
+            as (url, _):
+        def client(token: str) -> Client:
+            return Client(streamable_http_client(url, http_client=create_mcp_http_client(
+                headers={"Authorization": f"Bearer {token}"})))
+
+        async def main() -> None:
+            async with client(admin) as c:  # "*" on a server bound to team:a: team:a, as default
+                ok(await c.call_tool("remember", {"items": ["Dana's cat is Figo."]}))
+                assert len(ok(await c.call_tool("list", {"scope": "team:a"}))["items"]) == 1
+                assert "AccessDeniedError" in error_text(await c.call_tool("list", {"scope": "team:b"}))
+            async with client(other) as c:  # no overlap with the binding: refused, with the reason
+                assert "outside the scopes this server is bound to" in error_text(
+                    await c.call_tool("list", {"scope": "team:b"}))
+
+        run(main)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -39,8 +39,13 @@ def test_enumeration_questions_name_the_object_acted_on() -> None:
                     "steps?") == "toiletpaper 2"
     assert acted_on("What commands were run against setup.py before step 30?") == "setup.py"
     assert acted_on("which tool calls did the agent make on the file utils/io.py") == "utils/io.py"
+    assert acted_on("List the commands run on main.py.") == "main.py"  # not "main.py."
     assert acted_on("Which action triggered it?") is None
     assert acted_on("How many actions occurred between step 6 and step 9?") is None
+    # Chat questions that say "actions" ask for no enumeration of an identifier.
+    assert acted_on("What actions did Melanie take to destress?") is None
+    assert acted_on("What actions did Caroline take on the weekend?") is None
+    assert acted_on("Which commands did the agent use to fix the bug?") is None
 
 
 def _run(n: int = 30) -> list[NewItem]:
@@ -114,6 +119,9 @@ def test_an_enumeration_question_gets_every_action_on_its_object(stepped: Memory
                                stepped.retrieval)
     acted = [ref for ref in r.refs if "an action on widget 1" in ref.reason]
     assert sorted({ref.step for ref in acted}) == [4, 16]  # not widget 10, not after step 20
+    before_16 = stepped.retriever.rank("shop", "Before step 16, which actions were performed on widget 1?",
+                                       stepped.retrieval)
+    assert {ref.step for ref in before_16.refs if "an action on" in ref.reason} == {4}
     assert {stepped.store.items("shop", [ref.seq])[0].kind for ref in acted} == {"action", "observation"}
 
 

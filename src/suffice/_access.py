@@ -75,6 +75,15 @@ class Grant:
             return self.allows(q)
         return all(within(q) for q in other.patterns)
 
+    def intersect(self, other: Grant) -> Grant | None:
+        """The patterns allowed by both grants (None when they share no scope pattern): each
+        side's patterns that the other side covers whole. Two prefixes that overlap only in
+        part (``a:*`` and ``a:b*``) give the narrower one."""
+        mine = [p for p in self.patterns if other.covers(Grant((p,)))]
+        theirs = [q for q in other.patterns if self.covers(Grant((q,)))]
+        both = tuple(dict.fromkeys([*mine, *theirs]))
+        return Grant(both) if both else None
+
     def check(self, scope: str) -> str:
         """``scope`` when allowed, else AccessDeniedError naming it (and nothing else)."""
         if not self.allows(scope):

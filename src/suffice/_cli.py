@@ -888,12 +888,17 @@ bench_agent_app = typer.Typer(no_args_is_help=True, help=(
 bench_app.add_typer(bench_agent_app, name="agent")
 
 
+DenseOpt = Annotated[bool, typer.Option("--dense", help=(
+    "Rank with the shipped MiniLM's vectors too (items stored without vectors are embedded at "
+    "their run's first question; give a store of its own with --store)."))]
+
+
 def _bench_agent_recall(dataset: str, data: Path | None, store: Path, records: Path, budgets: str | None,
-                        limit: int | None, json_out: Path | None) -> None:
+                        limit: int | None, json_out: Path | None, dense: bool = False) -> None:
     from ._bench import agent as agent_bench
     wanted = tuple(int(b) for b in budgets.split(",")) if budgets else None
     _, text = agent_bench.main(dataset, db=store, out=records, data=data, budgets=wanted, limit=limit,
-                               json_out=json_out)
+                               json_out=json_out, embedder="default" if dense else None)
     say(text)
 
 
@@ -908,11 +913,12 @@ def bench_agent_evidence(
                        ] = None,
     limit: Annotated[int | None, typer.Option(help="Stop after this many questions in the records.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the summary here.")] = None,
+    dense: DenseOpt = False,
 ) -> None:
     """Evidence recall on AMA-Bench: the items of the cited steps inside the context, against
     truncation, observation masking and prefix fill."""
     with errors():
-        _bench_agent_recall("ama", data, store, records, budgets, limit, json_out)
+        _bench_agent_recall("ama", data, store, records, budgets, limit, json_out, dense)
 
 
 @bench_agent_app.command("checkpoints")
@@ -926,6 +932,7 @@ def bench_agent_checkpoints(
     limit: Annotated[int | None, typer.Option(help="Stop after this many checkpoints in the records.")
                      ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the summary here.")] = None,
+    dense: DenseOpt = False,
 ) -> None:
     """Checkpoint recall: just before a step that needs an earlier step's output, is that
     output inside the context rendered from the history so far?"""
@@ -934,7 +941,7 @@ def bench_agent_checkpoints(
             fail(f"unknown dataset {dataset!r}; use swe, tau or tau2")
         _bench_agent_recall(dataset, data, store or Path(f"runs/agent/{dataset}.db"),
                             records or Path(f"runs/agent/checkpoints_{dataset}.jsonl"), budgets, limit,
-                            json_out)
+                            json_out, dense)
 
 
 @bench_agent_app.command("qa")

@@ -376,17 +376,13 @@ class Renderer:
         first_recent = n_items
         if agent:
             window = math.floor(config.recent_share * budget)
-            if (config.steps_over_recent and ranking is None and retrieval.step_refs
-                    and cited_steps(query)):
+            if config.steps_over_recent and retrieval.step_refs and cited_steps(query):
                 # The query names steps: they outrank the newest items, so the window gives way
-                # to them. The ranking is made over the whole history (hits inside the window
-                # are dropped below, where the window is shown instead).
-                t1 = time.perf_counter()
-                ranking = self.ranking(scope, query, budget, config, retrieval, flt)
-                timings["rank_ms"] = _ms(t1)
-                need = sum(idx.views.tokens[r.seq] + STEP_LINE_TOKENS for r in ranking.refs
-                           if r.reason == f"step {r.step}" and r.seq < n_items
-                           and (allowed is None or r.seq in allowed))
+                # to them (their items by the store's step filter; the ranking comes after).
+                upto = replace(flt or Filter(), before_seq=n_items)
+                named_items = self.retriever.named_step_items(scope, query, upto)
+                need = sum(idx.views.tokens[q] + STEP_LINE_TOKENS for q in named_items
+                           if allowed is None or q in allowed)
                 window = max(0, min(window, cap - need))
             recent_items, recent = _recent_window(call, n_items, window, cap)
             if recent_items:

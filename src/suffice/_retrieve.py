@@ -36,7 +36,7 @@ from . import _ann
 from ._config import RetrievalConfig, StoreConfig
 from ._embed.protocol import Embedder, Reranker
 from ._errors import InvalidQueryError, StoreError
-from ._steps import STEP_KEY, StepRef, acted_on, asks_latest, cited_steps, key_terms, step_bound
+from ._steps import STEP_KEY, StepRef, acted_on, asks_latest, before_step, cited_steps, key_terms, step_bound
 from ._store.base import Store
 from ._text import embedding_text, query_terms
 from ._types import Evidence, Filter, Hit, Unit
@@ -443,8 +443,6 @@ class Retriever:
         of its key terms at or before the step it is asked at. Nothing for items without steps."""
         out: list[StepRef] = []
         seen: set[int] = set()
-        meta = dict(flt.meta or {})
-        pinned = meta.get(STEP_KEY)
         named = cited_steps(query)
         # The named steps, the steps of every action on the object an enumeration question
         # names, then the steps just before each named one (what the agent acted on there).
@@ -457,34 +455,58 @@ class Retriever:
                    for k in range(1, PRECEDING_STEPS + 1) if n - k >= 0 and n - k not in named]
         done: set[int] = set()
         for n, why in wanted:
-            if n in done or (pinned is not None and pinned != n):
+            if n in done:
                 continue
             done.add(n)
-            for q in self.store.filter_seqs(scope, replace(flt, meta={**meta, STEP_KEY: n})).tolist():
+            for q in self._step_items(scope, n, flt):
                 if q not in seen and len(out) < MAX_STEP_ITEMS:
                     seen.add(q)
-                    out.append(StepRef(int(q), n, why))
+                    out.append(StepRef(q, n, why))
         if pieces and asks_latest(query) and key_terms(list(terms)):
             latest = self._latest_match(scope, query, terms, pieces, flt, seen)
             if latest is not None:
                 out.append(latest)
         return tuple(out)
 
+    def _step_items(self, scope: str, step: int, flt: Filter) -> list[int]:
+        """Seqs of the items of ``step`` that ``flt`` lets through (none when it pins another)."""
+        meta = dict(flt.meta or {})
+        pinned = meta.get(STEP_KEY)
+        if pinned is not None and pinned != step:
+            return []
+        return [int(q) for q in self.store.filter_seqs(scope, replace(flt, meta={**meta, STEP_KEY: step}))]
+
+    def named_step_items(self, scope: str, query: str, flt: Filter | None = None) -> list[int]:
+        """Seqs of the items of the steps ``query`` names (no ranking): what the renderer keeps
+        room for before it sizes an agent's recent window."""
+        out: list[int] = []
+        for n in cited_steps(query):
+            out.extend(self._step_items(scope, n, flt or Filter()))
+            if len(out) >= MAX_STEP_ITEMS:
+                break
+        return list(dict.fromkeys(out))[:MAX_STEP_ITEMS]
+
     def _acted_steps(self, scope: str, query: str, obj: str, flt: Filter) -> list[int]:
         """Steps (earliest first) of the actions whose text names ``obj`` as a whole phrase, up
-        to the question's step bound: BM25 finds candidates, the phrase decides."""
+        to the question's step bound ("before step 49": below it): BM25 on the object's most
+        telling words finds candidates, the phrase decides."""
         terms = query_terms(obj)
+        # "soapbar 1", "utils/io.py": numbers and two-letter parts match nearly every action.
+        telling = [t for t in terms if len(t) > 2 and not t.isdigit()]
+        terms = telling or terms
         if not terms:
             return []
         pat = re.compile(r"(?<![\w/.-])" + re.escape(obj) + r"(?![\w/-]|\.\w)", re.IGNORECASE)
         bound = step_bound(query)
+        below = bound is not None and before_step(query) == bound
         cand: set[int] = set()
         for kind in ACTION_KINDS:
             cand.update(q for q, _p, _s in self.store.bm25(scope, terms, 400, replace(flt, kind=kind)))
         steps: set[int] = set()
         for it in self.store.items(scope, sorted(cand)):
             step = it.meta.get(STEP_KEY)
-            if (isinstance(step, int) and not isinstance(step, bool) and (bound is None or step <= bound)
+            if (isinstance(step, int) and not isinstance(step, bool)
+                    and (bound is None or step < bound or (step == bound and not below))
                     and pat.search(it.text)):
                 steps.add(step)
         return sorted(steps)[:MAX_ACTED_STEPS]

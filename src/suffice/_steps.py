@@ -43,11 +43,13 @@ _STATE = re.compile(r"\b(?:value|values|state|status|inventory|contents?|holding
                     r"location|located|set\s+to|equal|changed?)\b", re.IGNORECASE)
 _STEP_WORDS = frozenset({"step", "steps", "turn", "turns"})
 _ACTED_ON = re.compile(r"\b(?:actions?|commands?|tool\s+calls?|operations?)\b[^.?!;]{0,40}?\b"
-                       r"(?:on|to|with|involving|touching|against)\s+(?:the\s+)?"
+                       r"(?:on|against|involving|touching|upon)\s+(?:the\s+)?"
                        r"(?:(?:file|folder|directory|table|column|page|object|item)\s+)?"
                        r"([A-Za-z_][\w./-]*(?:\s+\d+)?)", re.IGNORECASE)
 _NOT_OBJECTS = frozenset({"it", "them", "this", "that", "these", "those", "step", "steps", "turn",
-                          "turns", "each", "every", "which", "what", "its", "their", "a", "an"})
+                          "turns", "each", "every", "which", "what", "its", "their", "a", "an",
+                          "the", "his", "her", "my", "our", "your", "some", "any", "all", "both"})
+_BEFORE = re.compile(r"\bbefore\s+(?:steps?|turns?)\s*#?\s*(\d+)", re.IGNORECASE)
 
 
 def cited_steps(text: str, n_turns: int | None = None, *, between: bool = True,
@@ -96,12 +98,22 @@ def asks_latest(text: str) -> bool:
 
 def acted_on(text: str) -> str | None:
     """The object an enumeration question asks the actions on ("which actions were performed on
-    soapbar 1" → ``soapbar 1``; "commands run against setup.py" → ``setup.py``), or None."""
+    soapbar 1" → ``soapbar 1``; "commands run against setup.py" → ``setup.py``), or None. Only
+    an identifier counts (a number, a dot, a slash or an underscore in it): "actions taken on
+    the weekend" asks for no enumeration."""
     for m in _ACTED_ON.finditer(text):
-        phrase = " ".join(m.group(1).split())
-        if phrase.split()[0].lower() not in _NOT_OBJECTS:
+        phrase = " ".join(m.group(1).split()).rstrip("./-")  # a sentence's full stop is not the name's
+        # An identifier ("soapbar 1", "setup.py", "src/app"), not a plain word ("the weekend").
+        if (phrase and phrase.split()[0].lower() not in _NOT_OBJECTS
+                and any(c.isdigit() or c in "./_" for c in phrase)):
             return phrase
     return None
+
+
+def before_step(text: str) -> int | None:
+    """The step of "before step N" in ``text`` (that step itself excluded), or None."""
+    m = _BEFORE.search(text)
+    return int(m.group(1)) if m else None
 
 
 def key_terms(terms: list[str]) -> list[str]:

@@ -391,13 +391,14 @@ def _trajectories(dataset: str, data: str | Path | None) -> list[Any]:
 
 def main(dataset: str, *, db: str | Path, out: str | Path, data: str | Path | None = None,
          budgets: Sequence[int] | None = None, methods: Sequence[str] = METHODS, limit: int | None = None,
-         json_out: str | Path | None = None) -> tuple[dict[str, Any], str]:
+         json_out: str | Path | None = None, embedder: Any = None) -> tuple[dict[str, Any], str]:
     """Build (or finish) the dataset's store at ``db``, measure every question not yet in
     ``out``, and sum up all of ``out``: evidence recall for ``ama``, checkpoint recall for the
-    others."""
+    others. ``embedder`` (e.g. ``"default"``): rank with dense vectors too; items stored
+    without vectors are embedded at their scope's first query."""
     from .report import envelope, write_json
     trajs = _trajectories(dataset, data)
-    mem = build_store(db, trajs, progress=_log)
+    mem = build_store(db, trajs, embedder=embedder, progress=_log)
     t0 = time.perf_counter()
     try:
         path = Path(out)
@@ -421,7 +422,8 @@ def main(dataset: str, *, db: str | Path, out: str | Path, data: str | Path | No
         res = summarize(path, budgets, methods, groups, cluster)
         res["measured_now"], res["run_s"] = measured, time.perf_counter() - t0
         settings = {"store": mem.store_config.model_dump(), "retrieval": mem.retrieval.model_dump(),
-                    "render": RenderConfig.for_agent().model_dump(), "embedder": None,
+                    "render": RenderConfig.for_agent().model_dump(),
+                    "embedder": getattr(mem.embedder, "name", None),
                     "mask_keep": MASK_KEEP, "records": str(path)}
     finally:
         mem.close()

@@ -72,6 +72,8 @@ class MiniLMEmbedder:
         self._threads = threads
         self._query_threads = query_threads
         self._qsess: Any = None  # built on the first query
+        self._qsess_lock = threading.Lock()
+        self._pinned = model_path is None  # the shipped weights: checked again when read again
         self._inputs = {i.name for i in self._sess.get_inputs()}
         self._batch = batch_size
         self._lock = threading.Lock()
@@ -86,10 +88,13 @@ class MiniLMEmbedder:
         """The session for one query at a time: ``query_threads`` threads, no spinning."""
         if self._query_threads == self._threads:
             return self._sess, self._lock
-        with self._qlock:
+        with self._qsess_lock:
             if self._qsess is None:
                 import onnxruntime as ort
 
+                if self._pinned and sha256(self._path) != MODEL_SHA256:
+                    raise ModelFileError(f"{self._path} changed since it was loaded: it no longer "
+                                         "matches the pinned sha256 of all-MiniLM-L6-v2 int8")
                 opts = ort.SessionOptions()
                 opts.intra_op_num_threads = self._query_threads
                 opts.inter_op_num_threads = 1

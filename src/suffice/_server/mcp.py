@@ -32,9 +32,16 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from .. import __version__
-from .._access import KeyRing
+from .._access import Grant, KeyRing
 from .._api import Memory
-from .._errors import AuthenticationError, ConfigError, InvalidQueryError, MissingExtraError, SufficeError
+from .._errors import (
+    AccessDeniedError,
+    AuthenticationError,
+    ConfigError,
+    InvalidQueryError,
+    MissingExtraError,
+    SufficeError,
+)
 from .._llm.base import LLM, Completion, Ledger, Message
 from .wire import to_json
 
@@ -366,12 +373,19 @@ class KeyVerifier:
 
     def __init__(self, keys: KeyRing) -> None:
         self.keys = keys
+        self._warned = False
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
             key = await anyio.to_thread.run_sync(self.keys.authenticate, token)
         except AuthenticationError:
             return None
+        except ConfigError as exc:  # the key file became unreadable: refuse (401), say why once
+            if not self._warned:
+                log.error("cannot read the key file, refusing every request: %s", exc)
+                self._warned = True
+            return None
+        self._warned = False
         return AccessToken(token=key.key_id, client_id=key.key_id, scopes=list(key.grant.patterns))
 
 
@@ -387,7 +401,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
 
     ``scopes`` binds it (``memory.restrict(scopes)``): exact names or prefixes ending in ``*``.
     ``keys``: over streamable HTTP every request must carry one of the file's API keys, and its
-    calls may touch only that key's scopes (within ``scopes``, when given). When the scopes a
+    calls may touch only the scopes both that key and ``scopes`` (when given) allow. When the scopes a
     call may touch are exactly one name, calls that name none use it. ``llm`` answers ``ask``
     (a :class:`LazyModel` builds it when first needed; the caller closes it); None: the
     memory's own model, which is also loaded on first use.
@@ -405,7 +419,13 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
             raise AuthenticationError("an API key is required (Authorization: Bearer <key>)")
         slot = (token.client_id, tuple(token.scopes))
         if slot not in views:
-            views[slot] = base.restrict(token.scopes)
+            # A key reaches the scopes both it and the server's binding allow.
+            key_grant = Grant.of(token.scopes)
+            grant = key_grant if base.grant is None else base.grant.intersect(key_grant)
+            if grant is None:
+                raise AccessDeniedError(f"this key's scopes ({', '.join(key_grant.patterns)}) are outside "
+                                        "the scopes this server is bound to")
+            views[slot] = base.restrict(grant.patterns)
         return views[slot]
 
     def where_for(mem: Memory) -> Where:
