@@ -418,15 +418,16 @@ def test_deep_notes_state_relative_dates_against_the_turns_date(memory):
 
 
 def test_a_deep_model_writes_the_deep_answer_over_a_wider_context(memory):
-    fast_model, strong = reader(), ScriptedLLM("<answer>Figo, a grey cat</answer>")
+    fast_model, strong = reader(), ScriptedLLM("<answer>Figo, a grey cat</answer>", model="strong")
     r = memory.ask("What is the name of Dana's cat?", scope="dana", llm=fast_model, deep_llm=strong,
                    mode="deep", budget=300).receipt
     assert r.path == "deep" and not fast_model.calls and len(strong.calls) == 1
+    assert r.model == strong.model  # the receipt names the model that wrote the answer
     assert 0.95 * 300 < r.context_tokens <= int(0.95 * 300 * EngineConfig().deep_scale)
     levers = {lv.name: lv for lv in r.levers}
     assert set(levers) >= {"evidence", "model"} and "blocks" not in levers
     assert levers["model"].tokens == sum(c.input_tokens + c.output_tokens for c in r.calls)
-    assert "scripted" in levers["model"].detail
+    assert "strong" in levers["model"].detail
 
 
 def test_a_failing_deep_model_degrades_to_the_fast_model_and_says_so(memory):

@@ -92,6 +92,7 @@ class Receipt:
     mode: str
     path: Path
     model: str
+    """The model that wrote the answer (on the deep path, the deep model when one is set)."""
     hits: tuple[Hit, ...]
     context_tokens: int
     parts: tuple[ContextPart, ...]
@@ -534,8 +535,13 @@ class Engine:
         t_e2e = _ms(t0)
         writer = ANSWER_STAGE[path]
         t_mem = sum(v for k, v in stages.items() if k != writer)
+        # The model that wrote the answer: on the deep path the last call that succeeded (the
+        # deep model, or the fast one it fell back to), else the reader.
+        model = self.llm.model
+        if path == "deep":
+            model = next((c.model for c in reversed(ledger.records) if c.ok), model)
         receipt = Receipt(
-            question=question, scope=scope, mode=mode, path=path, model=self.llm.model,
+            question=question, scope=scope, mode=mode, path=path, model=model,
             hits=evidence.hits, context_tokens=context_tokens, parts=tuple(parts),
             calls=tuple(ledger.records), stages_ms=dict(stages), t_mem_ms=t_mem, t_e2e_ms=t_e2e,
             router=self.router.name if decision is not None else "",
