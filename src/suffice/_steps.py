@@ -10,8 +10,8 @@ State questions ("what is the inventory now", "the last time X changed", "X at s
 answered by the newest item that set the state, so :func:`asks_latest` says when a question
 wants the latest match rather than the best one.
 
-Enumeration questions ("which actions were performed on soapbar 1 before step 49", "what commands
-touched setup.py") want every action on one object, not the few that rank best:
+Enumeration questions ("which actions were performed on soapbar 1 before step 49", "the commands
+run against setup.py") want every action on one object, not the few that rank best:
 :func:`acted_on` reads the object, and the prefix fetches each action that names it.
 """
 
