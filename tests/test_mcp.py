@@ -288,10 +288,15 @@ def _post_status(url: str, token: str | None) -> int:
         return int(exc.code)
 
 
-def test_streamable_http_with_keys_gives_each_key_its_scopes(tmp_path: Path) -> None:
+def keyed(url: str, token: str) -> Client:
+    """An SDK client of the streamable HTTP server at ``url`` that sends ``token`` as its key."""
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
+    return Client(streamable_http_client(url, http_client=create_mcp_http_client(
+        headers={"Authorization": f"Bearer {token}"})))
 
+
+def test_streamable_http_with_keys_gives_each_key_its_scopes(tmp_path: Path) -> None:
     from suffice._access import KeyRing
     ring = KeyRing(tmp_path / "keys.json")
     key_a, a = ring.create(["team:a"], "a")
@@ -301,17 +306,13 @@ def test_streamable_http_with_keys_gives_each_key_its_scopes(tmp_path: Path) -> 
         assert _post_status(url, "sk-not-a-key") == 401
         assert 200 <= _post_status(url, key_a) < 300
 
-        def client(token: str) -> Client:
-            return Client(streamable_http_client(url, http_client=create_mcp_http_client(
-                headers={"Authorization": f"Bearer {token}"})))
-
         async def main() -> None:
-            async with client(key_a) as ca:
+            async with keyed(url, key_a) as ca:
                 ok(await ca.call_tool("remember", {"items": ["Dana's cat is Figo."]}))  # team:a, by default
                 assert "Figo" in ok(await ca.call_tool("recall", {"query": "cat", "budget_tokens": 100}))[
                     "context"]["text"]
                 assert "AccessDeniedError" in error_text(await ca.call_tool("list", {"scope": "team:b"}))
-            async with client(key_b) as cb:
+            async with keyed(url, key_b) as cb:
                 assert ok(await cb.call_tool("list", {}))["items"] == []
                 assert "AccessDeniedError" in error_text(await cb.call_tool("recall", {
                     "query": "cat", "scope": "team:a"}))
@@ -325,25 +326,18 @@ def test_streamable_http_with_keys_gives_each_key_its_scopes(tmp_path: Path) -> 
 
 
 def test_a_key_on_a_scope_bound_server_reaches_what_both_allow(tmp_path: Path) -> None:
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
     from suffice._access import KeyRing
     ring = KeyRing(tmp_path / "keys.json")
     admin, _ = ring.create(["*"], "admin")
     other, _ = ring.create(["team:b"], "b")
     with http_server(tmp_path / "bound.db", "--scope", "team:a", "--keys", str(tmp_path / "keys.json")) \
             as (url, _):
-        def client(token: str) -> Client:
-            return Client(streamable_http_client(url, http_client=create_mcp_http_client(
-                headers={"Authorization": f"Bearer {token}"})))
-
         async def main() -> None:
-            async with client(admin) as c:  # "*" on a server bound to team:a: team:a, as default
+            async with keyed(url, admin) as c:  # "*" on a server bound to team:a: team:a, as default
                 ok(await c.call_tool("remember", {"items": ["Dana's cat is Figo."]}))
                 assert len(ok(await c.call_tool("list", {"scope": "team:a"}))["items"]) == 1
                 assert "AccessDeniedError" in error_text(await c.call_tool("list", {"scope": "team:b"}))
-            async with client(other) as c:  # no overlap with the binding: refused, with the reason
+            async with keyed(url, other) as c:  # no overlap with the binding: refused, with the reason
                 assert "outside the scopes this server is bound to" in error_text(
                     await c.call_tool("list", {"scope": "team:b"}))
 
