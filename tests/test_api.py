@@ -336,3 +336,18 @@ def test_scope_names_have_one_form(memory: Memory):
             memory.add("x", scope=bad)
     with pytest.raises(InvalidInputError, match="normal form"):
         memory.store.append(" a", [])
+
+
+def test_a_memory_takes_a_path_a_url_or_an_opened_store_and_refuses_anything_else(tmp_path, monkeypatch):
+    from suffice import SQLiteStore
+    from suffice._embed.hashing import HashEmbedder
+    monkeypatch.chdir(tmp_path)
+    store = SQLiteStore(tmp_path / "own.db", vacuum_on_forget=False)
+    mem = Memory(store, embedder=HashEmbedder())
+    assert mem.store is store
+    mem.add([NewItem("kept in the store it was given", id="k")], scope="s")
+    assert mem.forget("s", ids=["k"]).scrubbed is False  # the store's own option holds
+    mem.close()
+    with pytest.raises(TypeError, match="not object"):
+        Memory(object(), embedder=None)  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["own.db"]  # no file named after it

@@ -219,3 +219,12 @@ def test_ask_tiered_prints_each_modules_tier_and_cost(db):
     assert "Figo" in r.output
     for module in ("filter", "entity", "temporal", "topic", "summary"):
         assert f"module {module}: low by rules" in r.output
+
+
+def test_forget_reports_counts_and_says_only_what_is_left_to_do(db):
+    run("--db", db, "add", "Ana's locker code is 4471.", "-s", "ana", "--id", "code")
+    r = run("--db", db, "forget", "-s", "ana", "--id", "code")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("forgot 1 item(s)") and "VACUUM" not in r.output
+    r = run("--db", db, "forget", "-s", "ana", "--id", "code")
+    assert r.output.strip() == "forgot 0 item(s): 0 pieces, 0 vectors, 0 records, 0 links"

@@ -203,6 +203,8 @@ class Memory:
     >>> mem.add("I moved to Lisbon in May.", user_id="ana")  # doctest: +SKIP
     >>> mem.search("Where does she live?", user_id="ana")     # doctest: +SKIP
 
+    ``path`` is a file, a ``postgresql://`` URL, or a store opened with options of its own
+    (``SQLiteStore(path, vacuum_on_forget=False)``), which the memory then owns and closes.
     ``reranker`` (``load_reranker(DIR)``) puts the prefix's first ``retrieval.rerank`` items in
     order by a cross-encoder on every read. ``store_config`` must match the store's saved one (a
     new store saves it); ``rebuild=True`` re-derives the views instead of refusing. ``retrieval``,
@@ -210,7 +212,7 @@ class Memory:
     applies whole.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+    def __init__(self, path: str | os.PathLike[str] | Store | None = None, *,
                  store_config: StoreConfig | None = None,
                  embedder: Embedder | Literal["default"] | None = "default",
                  reranker: Reranker | None = None,

@@ -440,10 +440,15 @@ def forget(
             fail("--all forgets the whole scope; do not combine it with --id or --session")
         mem = open_memory(db, create=False, embedder=None)
         r = mem.forget(ids=item_ids or None, session=session, **where(scope, user, None, run))
+        notes = []
+        if r.items and not r.checkpointed:
+            notes.append("the write-ahead log is still in use by another process and will be "
+                         "emptied at its next checkpoint")
+        if r.items and not r.scrubbed:
+            notes.append("the database was not rewritten, so old copies may stay in its free space "
+                         "until the next VACUUM (VACUUM FULL on PostgreSQL)")
         say(f"forgot {r.items} item(s): {r.pieces} pieces, {r.vectors} vectors, {r.records} records, "
-            f"{r.links} links" + ("" if r.checkpointed else
-                                  "; the write-ahead log is still in use by another process "
-                                  "and will be emptied at its next checkpoint"))
+            f"{r.links} links" + "".join(f"; {n}" for n in notes))
 
 
 @app.command()

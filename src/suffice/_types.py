@@ -256,6 +256,13 @@ class ForgetReport:
     checkpointed: bool
     """True when the write-ahead log was folded into the database file and emptied, so no
     copy of the forgotten pages is left in it."""
+    scrubbed: bool = False
+    """True when the database was rewritten after the deletion (SQLite ``VACUUM``), so no stale
+    copy of a forgotten row is left in the free space of a page. Zeroing freed cells is not
+    enough: when a page splits or merges, SQLite moves rows out and leaves their old bytes in
+    the page's unused area. False when the store was opened with ``vacuum_on_forget=False``, the
+    rewrite failed (the deletion itself stands), and always on PostgreSQL, whose VACUUM frees
+    dead rows without overwriting them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -293,6 +293,8 @@ class ForgottenOut(_Out):
     records: int
     links: int
     checkpointed: bool = Field(description="True when no copy is left in the write-ahead log either.")
+    scrubbed: bool = Field(default=False, description=(
+        "True when the database file was rewritten, so no stale copy is left in free page space."))
 
 
 class ForgetOut(_Out):

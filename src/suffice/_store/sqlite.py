@@ -3,8 +3,9 @@
 Items are append-only: no call changes an item's content, and a trigger refuses an UPDATE of
 any content column. The one exception is deletion for privacy (:meth:`SQLiteStore.forget`),
 which removes items with every derived trace, closes the gap in ``seq`` and overwrites the freed
-pages (``secure_delete``), then folds and empties the write-ahead log, so the text is gone from
-the files and not only from the tables.
+pages (``secure_delete``), then rewrites the database (``VACUUM``: page splits leave stale copies
+of moved rows that ``secure_delete`` never sees) and folds and empties the write-ahead log, so the
+text is gone from the files and not only from the tables.
 
 A batch is one transaction; ids supplied by the client make re-adding a batch a no-op. Several
 processes may write at once: ``BEGIN IMMEDIATE`` takes the write lock before ``seq`` is
@@ -139,12 +140,16 @@ class SQLiteStore:
     """An append-only item log with its pieces, FTS5 index, embeddings, records and links.
 
     ``create=False`` refuses to open a file that does not exist (read-only commands must not
-    leave an empty store behind a mistyped path).
+    leave an empty store behind a mistyped path). ``vacuum_on_forget=False`` skips the rewrite
+    after a forget (it reads and writes the whole file, seconds for a large store), at the price
+    of stale copies of forgotten rows in free page space until the next ``VACUUM``.
     """
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, create: bool = True,
-                 busy_timeout_s: float = 30.0, max_retries: int = 50) -> None:
+                 busy_timeout_s: float = 30.0, max_retries: int = 50,
+                 vacuum_on_forget: bool = True) -> None:
         self.path = str(path)
+        self.vacuum_on_forget = vacuum_on_forget
         if self.path != ":memory:":
             p = Path(self.path)
             if p.is_dir():
@@ -491,8 +496,8 @@ class SQLiteStore:
         records and links of every unit from the first one touched (they are rebuilt from the
         items that remain), then later items move up to close the gap in ``seq``, the full-text
         index is merged so no deleted term stays in an old segment, and one audit line (sha256
-        digests and counts, never names or text) is written. Then the write-ahead log is folded
-        into the file and truncated.
+        digests and counts, never names or text) is written. Then the database is rewritten
+        (``VACUUM``) and the write-ahead log is folded into the file and truncated.
         """
         validate_scope(scope)
         if ids is not None and session is not None:
@@ -543,8 +548,19 @@ class SQLiteStore:
                        json.dumps({"items": len(seqs), "pieces": n_pieces, "vectors": n_vecs,
                                    "records": n_records, "links": n_links})))
             self._bump_generation(c)
+        scrubbed = self._vacuum() if self.vacuum_on_forget else False
         return ForgetReport(scope, len(seqs), n_pieces, n_vecs, n_records, n_links,
-                            checkpointed=self._checkpoint())
+                            checkpointed=self._checkpoint(), scrubbed=scrubbed)
+
+    def _vacuum(self) -> bool:
+        """Rewrite the database into fresh pages; False (and the deletion stands) when it could
+        not run, for example on a full disk: VACUUM needs room for a second copy."""
+        with self._lock:
+            try:
+                self._retry(lambda: self._conn.execute("VACUUM"))
+            except StoreError:
+                return False
+        return True
 
     @staticmethod
     def _close_gaps(c: sqlite3.Connection, scope: str, first: int) -> None:
