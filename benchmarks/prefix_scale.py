@@ -21,6 +21,13 @@ one's recall@10 against the exact scan and the index's build, save and load time
 
     python benchmarks/prefix_scale.py --sizes 100000,1000000 --vector-cache runs/prefix_vecs \
         --store-dir runs --json docs/results/prefix_scale_ann.json
+
+BM25 from postings in memory (``--lexical``; with a vector cache the three dense searches are
+skipped, the HNSW index serves as by default): the build, a check of 100 queries' BM25 lists
+against FTS5's, and the prefix timed with and without the postings, query by query.
+
+    python benchmarks/prefix_scale.py --sizes 100000,1000000 --vector-cache runs/prefix_vecs \
+        --store-dir runs --lexical --json docs/results/prefix_scale_lexical.json
 """
 
 from __future__ import annotations
@@ -226,11 +233,56 @@ def extra_stages(mem: Memory, qs: list[str], rerank_depths: list[int], expansion
                    "ratio_to_plain": statistics.median(v) / plain} for name, v in times.items()}
 
 
+def lexical_compare(mem: Memory, texts: list[str], n_queries: int) -> dict[str, Any]:
+    """Build the in-memory BM25 postings (timed), check them against FTS5 and time the whole
+    prefix with and without them: queries alternate between the two, each query used once (so
+    no query vector is cached for the second)."""
+    store = mem.store
+    on = store.lexical_index_items
+    t = time.perf_counter()
+    built = store.prepare_lexical("bench")
+    build_s = time.perf_counter() - t
+    index = store._postings._indexes.get("bench") if store._postings else None
+    arrays = (index.post_rows, index.post_tf, index.seqs, index.idxs, index.lengths) if index else ()
+    size = sum(a.nbytes for a in arrays)
+    same = 0
+    checked = queries(texts, 100, seed=41)
+    for q in checked:  # the store's BM25 lists: same rows above the last score, same scores
+        terms = query_terms(q)
+        store.lexical_index_items = None
+        want = store.bm25("bench", terms, 310)
+        store.lexical_index_items = on
+        got = store.bm25("bench", terms, 310)
+        cut = want[-1][2] if want else 0.0
+        same += (len(got) == len(want)
+                 and all(abs(a[2] - b[2]) <= 1e-9 * max(1.0, b[2]) for a, b in zip(got, want, strict=True))
+                 and {g[:2] for g in got if g[2] > cut + 1e-9} == {w[:2] for w in want if w[2] > cut + 1e-9})
+    times: dict[str, list[float]] = {"fts5": [], "lexical": []}
+    bm25: dict[str, list[float]] = {"fts5": [], "lexical": []}
+    for i, q in enumerate(queries(texts, 2 * n_queries, seed=31)):
+        mode = ("fts5", "lexical")[(i + i // 2) % 2]  # fts5, lexical, lexical, fts5, ...
+        store.lexical_index_items = on if mode == "lexical" else None
+        t = time.perf_counter()
+        ev = mem.search(q, scope="bench", k=10, retrieval=RetrievalConfig(rerank=0))
+        times[mode].append((time.perf_counter() - t) * 1e3)
+        bm25[mode].append(ev.timings_ms.get("bm25_ms", 0.0))
+    store.lexical_index_items = on
+    p50 = {m: statistics.median(v) for m, v in times.items()}
+    return {"built": built, "build_s": build_s, "index_mb": size / 2**20,
+            "rows": index.n_rows if index else 0, "postings": int(index.post_rows.size) if index else 0,
+            "bm25_lists_same_as_fts5": f"{same}/{len(checked)}",
+            "prefix_p50_ms": p50, "prefix_p95_ms": {m: percentile(v, 0.95) for m, v in times.items()},
+            "bm25_wait_p50_ms": {m: statistics.median(v) for m, v in bm25.items()},
+            "prefix_ratio_lexical_to_fts5": p50["lexical"] / p50["fts5"],
+            "queries_per_mode": len(times["fts5"])}
+
+
 def run_size(n: int, n_queries: int, workdir: Path, reuse: Path | None = None,
              embedder: Any = "default", reranker: Any = None, rerank_depths: list[int] | None = None,
-             expansion: bool = False, dense_scale: bool = False) -> dict[str, object]:
+             expansion: bool = False, dense_scale: bool = False, lexical: bool = False) -> dict[str, object]:
     """Ingest ``n`` items (timed) and time prefix queries; ``reuse`` skips ingest if it exists.
-    ``dense_scale``: also time the three dense searches and the index (see the module doc)."""
+    ``dense_scale``: also time the three dense searches and the index (see the module doc);
+    ``lexical``: the in-memory BM25 postings against FTS5 (then the main timing uses them)."""
     texts = corpus(n)
     ingest_s: float | None = None
     path = reuse or workdir / f"scale_{n}.db"
@@ -253,6 +305,10 @@ def run_size(n: int, n_queries: int, workdir: Path, reuse: Path | None = None,
         scale["synthetic_vectors"] = getattr(embedder, "synthetic", None)
         mem.search("warm up the caches", scope="bench")
         scale["dense"] = dense_variants(mem, queries(texts, n_queries, seed=21))
+    if lexical:
+        scale["lexical"] = lexical_compare(mem, texts, n_queries)
+    else:
+        mem.store.lexical_index_items = None  # FTS5 only, as before the in-memory postings
     mem.search("warm up the caches", scope="bench")
     totals: list[float] = []
     stages: dict[str, list[float]] = {}
@@ -300,6 +356,9 @@ def main() -> int:
     ap.add_argument("--rerank-depths", default="10,30", help="candidates reranked, one row each")
     ap.add_argument("--expansion", action="store_true",
                     help="time the prefix with the model-free second round of benchmarks/expansion.py")
+    ap.add_argument("--lexical", action="store_true", help=(
+        "hold BM25 postings in memory: time their build, check them against FTS5 and time the "
+        "prefix with and without them (the main timing then uses them)"))
     ap.add_argument("--vector-cache", type=Path, help=(
         "item vectors from this cache (perturbed copies past it); time exact scan, unit scan "
         "and the HNSW index side by side"))
@@ -323,7 +382,8 @@ def main() -> int:
             name = "scale" if args.vector_cache else "render"
             reuse = args.store_dir / f"{name}_{n}.db" if args.store_dir else None
             r = run_size(n, args.queries, Path(tmp), reuse, embedder, reranker, depths, args.expansion,
-                         dense_scale=args.vector_cache is not None)
+                         dense_scale=args.vector_cache is not None and not args.lexical,
+                         lexical=args.lexical)
             if embed_rate is not None:
                 r["embed_texts_per_s"] = embed_rate
             results.append(r)
@@ -333,7 +393,8 @@ def main() -> int:
                        str(PYPI_LIST), {"sizes": args.sizes, "queries": args.queries,
                         "encoder": str(args.encoder or "default"),
                         "reranker": str(args.reranker or "none"),
-                        "vector_cache": str(args.vector_cache or "none")}, results)
+                        "vector_cache": str(args.vector_cache or "none"),
+                        "lexical": args.lexical}, results)
         doc["command"] = "python benchmarks/prefix_scale.py " + " ".join(sys.argv[1:])
         write_json(args.json, doc)
     return 0

@@ -31,6 +31,7 @@ import numpy as np
 
 from .._errors import ConflictError, InvalidItemError, StoreError
 from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats, canonical_json
+from . import lexical
 from .base import ItemRow, Layout, content_key, validate_filter, validate_item, validate_scope
 
 SCHEMA_VERSION = 4
@@ -127,7 +128,8 @@ def fts_table(scope: str) -> str:
     return "fts_" + _sha(scope)[:24]
 
 
-_FTS_DDL = "CREATE VIRTUAL TABLE IF NOT EXISTS \"{}\" USING fts5(body, tokenize = 'porter unicode61')"
+_FTS_DDL = ("CREATE VIRTUAL TABLE IF NOT EXISTS \"{}\" USING fts5(body, tokenize = '"
+            + lexical.FTS_TOKENIZER + "')")
 
 
 def observed_text(value: object) -> str:
@@ -143,13 +145,20 @@ class SQLiteStore:
     leave an empty store behind a mistyped path). ``vacuum_on_forget=False`` skips the rewrite
     after a forget (it reads and writes the whole file, seconds for a large store), at the price
     of stale copies of forgotten rows in free page space until the next ``VACUUM``.
+    ``lexical_index_items``: a scope with at least this many items gets its BM25 postings held
+    in memory (:mod:`suffice._store.lexical`), built on a thread of its own the first time a query
+    finds the scope that large; FTS5 answers until it is ready, and whenever a query holds a
+    filter or a term FTS5 reads as a phrase. None: FTS5 always.
     """
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, create: bool = True,
                  busy_timeout_s: float = 30.0, max_retries: int = 50,
-                 vacuum_on_forget: bool = True) -> None:
+                 vacuum_on_forget: bool = True, lexical_index_items: int | None = 20_000) -> None:
         self.path = str(path)
         self.vacuum_on_forget = vacuum_on_forget
+        self.lexical_index_items = lexical_index_items
+        self._postings = (lexical.Postings(self.path, lexical_index_items, self._read, self.generation)
+                          if lexical_index_items is not None and self.path != ":memory:" else None)
         if self.path != ":memory:":
             p = Path(self.path)
             if p.is_dir():
@@ -307,6 +316,8 @@ class SQLiteStore:
         return table if found else None
 
     def close(self) -> None:
+        if self._postings is not None:
+            self._postings.close()
         with self._lock:
             self._conn.close()
 
@@ -345,6 +356,8 @@ class SQLiteStore:
 
     def _bump_generation(self, c: sqlite3.Connection) -> None:
         c.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+        if self._postings is not None:  # they go at once: they hold forgotten rows' terms
+            self._postings.invalidate()
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -752,6 +765,14 @@ class SQLiteStore:
         """
         if not terms or limit <= 0:
             return []
+        if flt is not None:
+            validate_filter(flt)
+        if self._postings is not None and self.lexical_index_items is not None and (
+                flt is None or not _needs_items(flt)):
+            found = self._postings.search(scope, fts_table(scope), terms, limit,
+                                          None if flt is None else flt.before_seq)
+            if found is not None:
+                return found
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         table = fts_table(scope)
         sql = (f'SELECT p.seq, p.idx, -bm25("{table}") AS s FROM "{table}" f '
@@ -769,6 +790,12 @@ class SQLiteStore:
                 return []
             raise
         return [(int(a), int(b), float(c)) for a, b, c in rows]
+
+    def prepare_lexical(self, scope: str) -> bool:
+        """Build the scope's in-memory BM25 index now, whatever its size, and wait for it; False
+        when there is none to build (an in-memory store, the option off, no items). For
+        benchmarks and warm-ups: a large scope gets its index on its own at its first query."""
+        return self._postings is not None and self._postings.prepare(scope, fts_table(scope))
 
     def embeddings(self, scope: str, encoder: str, after_seq: int = -1, *,
                    before_seq: int | None = None) -> tuple[np.ndarray, np.ndarray]:
