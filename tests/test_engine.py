@@ -38,6 +38,20 @@ def test_fast_path_reads_the_budgeted_render_by_default(memory):
     assert any(p.kind in ("raw", "excerpt", "piece") for p in r.parts)
 
 
+def test_an_agents_run_is_read_with_the_trajectory_prompt_and_a_chat_with_the_chat_one(memory, tmp_path):
+    from suffice import NewItem
+    from suffice._embed.hashing import HashEmbedder
+    run = Memory(tmp_path / "run.db", embedder=HashEmbedder())
+    run.add([NewItem("ls src/", kind="action", meta={"step": 1}),
+             NewItem("main.py util.py", kind="observation", meta={"step": 1}),
+             NewItem("cat util.py", kind="action", meta={"step": 2})], scope="r")
+    for mem, scope, wanted in ((run, "r", "earlier run of an AI agent"), (memory, "dana", "conversations")):
+        llm = reader()
+        mem.ask(llm=llm, question="Which files did the listing show?", scope=scope, mode="fast", budget=300)
+        assert wanted in llm.calls[0][0]["content"]
+    run.close()
+
+
 def test_fast_path_answers_from_the_prefix_with_one_call(memory):
     ans = memory.ask(
         llm=reader(),

@@ -50,13 +50,24 @@ def test_answer_messages_shape(style: p.Style) -> None:
     assert [m["role"] for m in msgs] == ["system", "user"]
     assert "Who has the cat?" in msgs[1]["content"]
     assert "Tom: I took Miso home." in msgs[1]["content"]
-    assert msgs[1]["content"].endswith("Short answer:")
+    assert msgs[1]["content"].endswith("Answer:" if style == "trajectory" else "Short answer:")
 
 
 def test_conversation_style_says_how_to_abstain() -> None:
     msgs = p.answer_messages("q", "ctx", "conversation")
     assert p.NOT_MENTIONED in msgs[0]["content"]
     assert says_not_in_memory(p.NOT_MENTIONED)  # the scorer recognises the phrase we ask for
+
+
+def test_evidence_of_an_agents_run_is_read_as_a_trajectory_not_a_chat() -> None:
+    run = ["action", "observation", "message"]
+    assert p.style_for_evidence("What did step 4 return?", run) == "trajectory"
+    assert p.style_for_evidence("What did Ana say?", ["message", "message", "tool_result"]) == "conversation"
+    assert p.style_for_evidence("What did step 4 return?", []) == "conversation"
+    assert p.style_for_evidence("What ran on 3 June 2021?", ["action"]) == "dated"  # a date still wins
+    system = p.answer_messages("q", "ctx", "trajectory")[0]["content"]
+    # An agent's run holds the answer to a question asked about it: no fixed refusal phrase.
+    assert p.NOT_MENTIONED not in system and "step" in system
 
 
 def test_documents_style_asks_for_multi_hop() -> None:

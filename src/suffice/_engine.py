@@ -31,7 +31,7 @@ from ._errors import ConfigError, DeadlineError, ProviderError
 from ._llm.base import LLM, CallRecord, Ledger, Message
 from ._llm.parse import extract_answer
 from ._pipeline import ModuleReceipt, TieredAgent
-from ._prompts import Style, aggregate_messages, answer_messages, choose_style, deep_context
+from ._prompts import Style, aggregate_messages, answer_messages, deep_context, style_for_evidence
 from ._render import Renderer
 from ._retrieve import Ranking, Retriever
 from ._route.features import OUTSIDE
@@ -204,7 +204,6 @@ class Engine:
             raise ConfigError(f"unknown mode {mode!r}; use fast, deep or auto")
         budget = config.reader_budget
         tau = config.tau if config.tau is not None else router_tau(self.router)
-        style = style or choose_style(question)
         ledger = Ledger()
         stages: dict[str, float] = {}
         notes: list[str] = []
@@ -214,6 +213,8 @@ class Engine:
         deep_budget = deep_budget_of(config)
         ranking, ranked = self.prefix(question, scope, mode, config, retrieval, render, flt)
         evidence = ranked.top(retrieval.k)
+        # The evidence says what is being read: an agent's run or a conversation.
+        style = style or style_for_evidence(question, [h.item.kind for h in evidence.hits])
         stages["prefix"] = _ms(t0)
         if "rerank_ms" in ranking.timings_ms:  # part of the prefix, shown apart for its cost
             stages["rerank"] = ranking.timings_ms["rerank_ms"]

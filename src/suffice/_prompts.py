@@ -16,11 +16,15 @@ from typing import Literal
 
 from ._types import Message
 
-PROMPTS_VERSION = "2"
+PROMPTS_VERSION = "3"
 """Bump when the wording of any prompt changes, so results can say which prompts they used."""
 
-Style = Literal["conversation", "documents", "dated"]
-STYLES: tuple[Style, ...] = ("conversation", "documents", "dated")
+Style = Literal["conversation", "documents", "dated", "trajectory"]
+STYLES: tuple[Style, ...] = ("conversation", "documents", "dated", "trajectory")
+
+AGENT_KINDS = frozenset({"action", "observation", "thought", "tool_call", "tool_result"})
+"""Item kinds of an agent's own run (not of a dialogue): evidence mostly of these kinds is read
+with the 'trajectory' style."""
 
 NOT_MENTIONED = "Not mentioned in the conversation"
 """The fixed reply for a fact the memory does not hold (LoCoMo scores this phrase)."""
@@ -79,6 +83,14 @@ def choose_style(question: str, dataset_hint: str | None = None) -> Style:
     return "conversation"
 
 
+def style_for_evidence(question: str, kinds: Sequence[str], dataset_hint: str | None = None) -> Style:
+    """:func:`choose_style`, except that evidence made mostly of an agent's steps (actions,
+    observations, tool calls and results, thoughts) is read as a trajectory, not a chat."""
+    if not find_date(question) and kinds and sum(k in AGENT_KINDS for k in kinds) * 2 >= len(kinds):
+        return "trajectory"
+    return choose_style(question, dataset_hint)
+
+
 def _msg(role: Literal["system", "user", "assistant"], content: str) -> Message:
     return {"role": role, "content": content}
 
@@ -90,6 +102,15 @@ _CONVERSATION_SYSTEM = (
     "the memory uses a relative date such as 'yesterday' or 'last week', work out the calendar "
     "date from the date of that message and give the calendar date. If the memory does not "
     f"contain the answer, reply exactly: {NOT_MENTIONED}."
+)
+
+_TRAJECTORY_SYSTEM = (
+    "You answer questions about an earlier run of an AI agent, using only the excerpts of its "
+    "history you are given: the actions it took, what it observed, the tools it called and what "
+    "they returned, each marked with its step. Answer in one or two short sentences that name "
+    "the steps, values, files or actions the question is about, in the words of the history. "
+    "The excerpts are chosen for this question: when they do not state the answer outright, "
+    "give the answer they best support rather than saying it is missing."
 )
 
 _DOCUMENTS_SYSTEM = (
@@ -137,6 +158,10 @@ def answer_messages(
         system = _DOCUMENTS_SYSTEM
         label = "Passages"
         q_line = f"Question: {question}"
+    elif style == "trajectory":
+        system = _TRAJECTORY_SYSTEM
+        label = "Agent history"
+        q_line = f"Question: {question}"
     elif style == "dated":
         as_of = as_of or find_date(question)
         system = _dated_system(as_of)
@@ -144,7 +169,8 @@ def answer_messages(
         q_line = f"Question (as of {as_of}): {question}" if as_of else f"Question: {question}"
     else:
         raise ValueError(f"unknown answer style {style!r}; expected one of {', '.join(STYLES)}")
-    user = f"{label}:\n{context.strip()}\n\n{q_line}\nShort answer:"
+    ask = "Answer:" if style == "trajectory" else "Short answer:"
+    user = f"{label}:\n{context.strip()}\n\n{q_line}\n{ask}"
     return [_msg("system", system), _msg("user", user)]
 
 
@@ -350,6 +376,7 @@ def reask_message(expected: str = DEFAULT_FORMAT) -> Message:
 
 
 __all__ = [
+    "AGENT_KINDS",
     "BLOCK_NONE",
     "DEFAULT_FORMAT",
     "JUDGE_FORMAT",
@@ -371,6 +398,7 @@ __all__ = [
     "no_memory_messages",
     "rationale_messages",
     "reask_message",
+    "style_for_evidence",
     "sufficiency_messages",
     "TierModule",
     "tier_messages",

@@ -38,7 +38,7 @@ from .._errors import ProviderError
 from .._llm.base import LLM, Ledger, Message
 from .._llm.cache import replayed_ms
 from .._llm.parse import ask_parsed, extract_answer
-from .._prompts import JUDGE_FORMAT, PROMPTS_VERSION, answer_messages, choose_style
+from .._prompts import JUDGE_FORMAT, PROMPTS_VERSION, answer_messages, style_for_evidence
 from .._tokens import count_tokens, encode, encoding
 from .judge import judge, parse_verdict
 from .metrics import token_f1
@@ -227,12 +227,14 @@ def _truncation(mem: Memory, llm: LLM, q: AgentQuestion, budget: int) -> dict[st
     """Answer from :func:`truncation_context` with the fast path's prompt and answer length."""
     t0 = time.perf_counter()
     ctx = truncation_context(mem, q.scope, budget)
+    top = mem.store.max_seq(q.scope)  # the newest items are what truncation shows
+    kinds = [it.kind for it in mem.store.items(q.scope, start=max(0, top - 31), end=top + 1)]
     mem_ms = (time.perf_counter() - t0) * 1e3
     ledger = Ledger()
     degraded, notes = False, []
     t = time.perf_counter()
     try:
-        out = llm.chat(answer_messages(q.question, ctx, choose_style(q.question)),
+        out = llm.chat(answer_messages(q.question, ctx, style_for_evidence(q.question, kinds)),
                        max_tokens=mem.engine_config.answer_max_tokens, stage="answer", ledger=ledger)
         text = extract_answer(out.text).strip()
     except ProviderError as exc:
