@@ -6,13 +6,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import pytest
+import schemathesis  # the [dev] extra holds it: a missing one fails the run, not skips it
+from hypothesis import HealthCheck, settings
 
-schemathesis = pytest.importorskip("schemathesis")
-from hypothesis import HealthCheck, settings  # noqa: E402
-
-from suffice import HashEmbedder, Memory, ScriptedLLM  # noqa: E402
-from suffice._server.rest import create_app  # noqa: E402
+from suffice import HashEmbedder, Memory, ScriptedLLM
+from suffice._server.rest import create_app
 
 _DIR = Path(tempfile.mkdtemp(prefix="suffice-fuzz-"))
 _MEM = Memory(_DIR / "fuzz.db", embedder=HashEmbedder(), llm=ScriptedLLM("<answer>ok</answer>"))
