@@ -331,7 +331,7 @@ def phrases(tokenizer: Tokenizer, terms: Sequence[str]) -> list[str] | None:
 class Postings:
     """The in-memory indexes of one SQLite store: which scopes have one, building, extending,
     dropping. The store hands over how to read (its connection, under its lock) and how to learn
-    the store's generation; builds open their own read connection to ``path``.
+    the store's generation and its newest seq; builds open their own read connection to ``path``.
 
     Locks: ``_lock`` serialises decisions and extensions and is taken before the store's
     connection lock; ``_leaf`` guards the dictionaries only and is never held while taking another
@@ -339,10 +339,11 @@ class Postings:
     """
 
     def __init__(self, path: str, threshold: int, read: Callable[[str, Sequence[Any]], list[Any]],
-                 generation: Callable[[], int]) -> None:
+                 generation: Callable[[], int], max_seq: Callable[[str], int]) -> None:
         self.path = path
         self.threshold = threshold
         self._read = read
+        self._max_seq = max_seq
         self._generation = generation
         self._indexes: dict[str, LexicalIndex] = {}
         self._building: dict[str, int] = {}
@@ -420,8 +421,7 @@ class Postings:
     # -- inside ----------------------------------------------------------------------------------
 
     def _item_count(self, scope: str) -> int:
-        (top,) = self._read("SELECT COALESCE(MAX(seq), -1) FROM items WHERE scope = ?", (scope,))[0]
-        return int(top) + 1
+        return self._max_seq(scope) + 1
 
     def _drop_other_generations(self, generation: int) -> None:
         with self._leaf:

@@ -157,7 +157,8 @@ class SQLiteStore:
         self.path = str(path)
         self.vacuum_on_forget = vacuum_on_forget
         self.lexical_index_items = lexical_index_items
-        self._postings = (lexical.Postings(self.path, lexical_index_items, self._read, self.generation)
+        self._postings = (lexical.Postings(self.path, lexical_index_items, self._read, self.generation,
+                                           self.max_seq)
                           if lexical_index_items is not None and self.path != ":memory:" else None)
         if self.path != ":memory:":
             p = Path(self.path)
