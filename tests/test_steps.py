@@ -9,7 +9,7 @@ import pytest
 
 from suffice import HashEmbedder, Memory, NewItem
 from suffice._config import RenderConfig, RetrievalConfig, StoreConfig
-from suffice._steps import acted_on, asks_latest, cited_steps, key_terms, step_bound
+from suffice._steps import acted_on, asks_latest, cited_steps, implied_steps, key_terms, step_bound
 from suffice._types import Filter
 
 
@@ -23,6 +23,33 @@ def test_references_are_parsed_singly_in_lists_ranges_and_between() -> None:
     assert cited_steps("steps 3-5 and step 500", 100) == [3, 4, 5]
     assert cited_steps("no numbers here, nor 12 alone") == []
     assert len(cited_steps("steps " + ", ".join(str(i) for i in range(0, 400, 2)))) == 64
+
+
+def _implied(text: str) -> list[int]:
+    return [n for n, _why in implied_steps(text)]
+
+
+def test_a_stretch_between_two_named_steps_is_filled_in() -> None:
+    assert _implied("How many scroll-down actions occur after Cancel (Step 12) and before Add "
+                    "Selected (Step 17)?") == [13, 14, 15, 16]
+    assert _implied("Between the start of step 4 and the observation at step 8, what happened?") == [5, 6, 7]
+    assert _implied("Count the steps from the first input (Step 1) to the restored state (Step 8).") == [
+        2, 3, 4, 5, 6, 7]
+    why = dict(implied_steps("between the click at step 2 and the one at step 4"))
+    assert why == {3: "step 3 (between step 2 and step 4)"}
+    # Two steps in different sentences, or too far apart, or named without a stretch: no fill.
+    assert _implied("From the start. What did step 3 show, and what did step 9 change?") == []
+    assert _implied("Between step 1 and step 90, how often did it fail?") == []
+    assert _implied("What did the agent do at step 5 and at step 9?") == []
+
+
+def test_a_question_about_what_came_after_a_step_gets_the_next_few() -> None:
+    assert _implied("What action followed the expanded click at Step 10?") == [11, 12, 13, 14, 15]
+    assert _implied("If at step 14 the agent had removed the filter, what would change?")[:3] == [15, 16, 17]
+    assert _implied("Counterfactual: at step 2 the agent drops the join.") == [3, 4, 5, 6, 7]
+    assert _implied("What did the agent see at step 10?") == []
+    # The "after" of a stretch asks for the stretch, not for what followed its end.
+    assert 18 not in _implied("What happened after step 12 and before step 17?")
 
 
 def test_state_questions_are_told_from_event_questions() -> None:
@@ -86,6 +113,17 @@ def test_named_steps_are_fetched_first_on_both_backends(stepped: Memory) -> None
     ev = stepped.search("What happened at step 11?", scope="run", k=5)
     assert [h.source for h in ev.hits[:2]] == ["step", "step"]
     assert {h.item.meta["step"] for h in ev.hits[:2]} == {11}
+
+
+def test_implied_steps_follow_the_named_ones_and_precede_the_steps_before(stepped: Memory) -> None:
+    r = stepped.retriever.rank("run", "Which action followed the listing at step 11?", stepped.retrieval)
+    order = list(dict.fromkeys((ref.step, ref.reason) for ref in r.refs))
+    assert order[0] == (11, "step 11")
+    assert order[1:6] == [(n, f"step {n} (after step 11)") for n in range(12, 17)]
+    assert [step for step, _ in order[6:]] == [10, 9]  # the steps before come last
+    span = stepped.retriever.rank("run", "What happened after the listing (step 3) and before the write "
+                                  "(step 7)?", stepped.retrieval)
+    assert [ref.step for ref in span.refs if "between" in ref.reason] == [4, 4, 5, 5, 6, 6]
 
 
 def test_references_obey_the_filter_and_the_bound(stepped: Memory) -> None:

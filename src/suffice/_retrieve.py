@@ -36,7 +36,17 @@ from . import _ann
 from ._config import RetrievalConfig, StoreConfig
 from ._embed.protocol import Embedder, Reranker
 from ._errors import InvalidQueryError, StoreError
-from ._steps import STEP_KEY, StepRef, acted_on, asks_latest, before_step, cited_steps, key_terms, step_bound
+from ._steps import (
+    STEP_KEY,
+    StepRef,
+    acted_on,
+    asks_latest,
+    before_step,
+    cited_steps,
+    implied_steps,
+    key_terms,
+    step_bound,
+)
 from ._store.base import Store
 from ._text import embedding_text, query_terms
 from ._types import Evidence, Filter, Hit, Unit
@@ -445,12 +455,14 @@ class Retriever:
         seen: set[int] = set()
         named = cited_steps(query)
         # The named steps, the steps of every action on the object an enumeration question
-        # names, then the steps just before each named one (what the agent acted on there).
+        # names, the steps the question implies (between two named, or after one), then the
+        # steps just before each named one (what the agent acted on there).
         wanted = [(n, f"step {n}") for n in named]
         obj = acted_on(query)
         if obj is not None:
             wanted += [(n, f"step {n} (an action on {obj})")
                        for n in self._acted_steps(scope, query, obj, flt)]
+        wanted += implied_steps(query, named)
         wanted += [(n - k, f"step {n - k} (before step {n})") for n in named
                    for k in range(1, PRECEDING_STEPS + 1) if n - k >= 0 and n - k not in named]
         done: set[int] = set()

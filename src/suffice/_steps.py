@@ -51,6 +51,26 @@ _NOT_OBJECTS = frozenset({"it", "them", "this", "that", "these", "those", "step"
                           "the", "his", "her", "my", "our", "your", "some", "any", "all", "both"})
 _BEFORE = re.compile(r"\bbefore\s+(?:steps?|turns?)\s*#?\s*(\d+)", re.IGNORECASE)
 
+MAX_SPAN = 20
+"""Most steps filled in between two named ones (:func:`implied_steps`); a wider stretch is
+context, as for :data:`MAX_RANGE`."""
+
+FOLLOWING_STEPS = 5
+"""Steps after each named one that a question about what came next gets (:func:`implied_steps`).
+Chosen among 1, 2, 3, 5 and 8 on half of the AMA-Bench episodes (every other one by name;
+5 and 8 tied there), reported on the other half too (docs/benchmarks.md section 9)."""
+
+# A stretch between two named steps: "between (the start of) step 4 and step 8", "from the
+# first input (step 1) to the point ... (step 8)", "after Cancel (step 12) and before Add (step 17)".
+_SPAN_OPEN = re.compile(r"\b(?:between|from|after|since)\b", re.IGNORECASE)
+_SPAN_JOIN = re.compile(r"\b(?:and|to|until|till|through|before)\b", re.IGNORECASE)
+# What came after a step: "which action followed step 10", "the subsequent steps", and the
+# consequences a counterfactual ("if at step 14 the agent had ...") asks about.
+_AFTER = re.compile(r"\b(?:after(?:wards?)?|next|follow(?:s|ed|ing)?|later|subsequent(?:ly)?|then|"
+                    r"cascad\w*|downstream|consequences?|outcomes?|led\s+to|lead\s+to|counterfactual)\b|"
+                    r"\bif\b[^.?!]{0,120}?\bhad\b", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.?!;]\s")
+
 
 def cited_steps(text: str, n_turns: int | None = None, *, between: bool = True,
                 limit: int | None = MAX_REFERENCES) -> list[int]:
@@ -80,6 +100,43 @@ def cited_steps(text: str, n_turns: int | None = None, *, between: bool = True,
                     return out
                 seen.add(n)
                 out.append(n)
+    return out
+
+
+def implied_steps(text: str, named: list[int] | None = None) -> list[tuple[int, str]]:
+    """Steps ``text`` asks about without naming them, each with why, in order: the steps
+    between two it names when it asks about the stretch between them ("between step 4 and step
+    8", "after Cancel (step 12) and before Add (step 17)": 5-7, 13-16; at most
+    :data:`MAX_SPAN`), then, when it asks what came after a named step ("which action followed
+    step 10", "how did that cascade", "if at step 14 the agent had ..."), the
+    :data:`FOLLOWING_STEPS` steps after each. ``named``: :func:`cited_steps` of ``text``
+    (computed when None); none of them is repeated."""
+    named = cited_steps(text) if named is None else named
+    taken = set(named)
+    out: list[tuple[int, str]] = []
+
+    def add(n: int, why: str) -> None:
+        if n >= 0 and n not in taken and len(taken) < MAX_REFERENCES + MAX_SPAN:
+            taken.add(n)
+            out.append((n, why))
+
+    spanned: set[int] = set()
+    mentions = [(m.start(), m.end(), int(m.group(1))) for m in _STEPS.finditer(text)]
+    for (s1, e1, a), (s2, _e2, b) in zip(mentions, mentions[1:], strict=False):
+        lead = text[max(0, s1 - 80):s1]
+        lead = _SENTENCE_END.split(lead)[-1]  # the opening word must be in the same sentence
+        gap = text[e1:s2]
+        if (0 < b - a - 1 <= MAX_SPAN and _SPAN_OPEN.search(lead) and _SPAN_JOIN.search(gap)
+                and not _SENTENCE_END.search(gap)):
+            spanned.update((a, b))
+            for n in range(a + 1, b):
+                add(n, f"step {n} (between step {a} and step {b})")
+    if named and _AFTER.search(text):
+        for n in named:
+            if n in spanned:  # a stretch's "after ... before" is not a question about what followed
+                continue
+            for k in range(1, FOLLOWING_STEPS + 1):
+                add(n + k, f"step {n + k} (after step {n})")
     return out
 
 
