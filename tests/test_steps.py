@@ -37,9 +37,14 @@ def test_a_stretch_between_two_named_steps_is_filled_in() -> None:
         2, 3, 4, 5, 6, 7]
     why = dict(implied_steps("between the click at step 2 and the one at step 4"))
     assert why == {3: "step 3 (between step 2 and step 4)"}
-    # Two steps in different sentences, or too far apart, or named without a stretch: no fill.
+    assert _implied("between the click at step 1 and the one at step 22") == list(range(2, 22))  # MAX_SPAN
+    assert _implied("between the click at step 1 and the one at step 23") == []  # one more: context
+    assert _implied("between step 4 and 8") == []  # cited_steps' own range: nothing left to imply
+    # Two steps in different clauses or sentences, reversed, or named without a stretch: no fill.
     assert _implied("From the start. What did step 3 show, and what did step 9 change?") == []
-    assert _implied("Between step 1 and step 90, how often did it fail?") == []
+    assert _implied("What error did the agent get from the API at step 5, and what did it retry at "
+                    "step 9?") == []
+    assert _implied("between the end of step 8 and the start of step 4") == []
     assert _implied("What did the agent do at step 5 and at step 9?") == []
 
 
@@ -50,6 +55,18 @@ def test_a_question_about_what_came_after_a_step_gets_the_next_few() -> None:
     assert _implied("What did the agent see at step 10?") == []
     # The "after" of a stretch asks for the stretch, not for what followed its end.
     assert 18 not in _implied("What happened after step 12 and before step 17?")
+    # The cue counts in the sentence that names the step, and never past "before step N".
+    assert _implied("What did the agent do at step 3? What came next after step 9?") == [10, 11, 12, 13, 14]
+    assert _implied("Before step 20, which item came first, and which followed it at step 17?") == [18, 19]
+    many = "What followed steps " + ", ".join(str(n) for n in range(0, 140, 10)) + "?"
+    assert len(implied_steps(many)) == 20
+    assert _implied("What followed step 9223372036854775807?") == []  # past a store's integers
+
+
+def test_step_references_read_long_queries_in_linear_time() -> None:
+    for text in ("step" + " " * 100_000, "between step 1 and" + " " * 100_000, "step 1" + " and" * 30_000):
+        cited_steps(text)
+        implied_steps(text)  # would take minutes with a quadratic pattern
 
 
 def test_state_questions_are_told_from_event_questions() -> None:
@@ -124,6 +141,11 @@ def test_implied_steps_follow_the_named_ones_and_precede_the_steps_before(steppe
     span = stepped.retriever.rank("run", "What happened after the listing (step 3) and before the write "
                                   "(step 7)?", stepped.retrieval)
     assert [ref.step for ref in span.refs if "between" in ref.reason] == [4, 4, 5, 5, 6, 6]
+    # As of a point in the run, the steps after it do not exist.
+    first_of_12 = min(it.seq for it in stepped.items(scope="run", limit=None) if it.meta["step"] == 12)
+    bounded = stepped.retriever.rank("run", "Which action followed the listing at step 11?",
+                                     stepped.retrieval, flt=Filter(before_seq=first_of_12))
+    assert {ref.step for ref in bounded.refs} == {9, 10, 11}
 
 
 def test_references_obey_the_filter_and_the_bound(stepped: Memory) -> None:

@@ -62,7 +62,10 @@ _EMPTY_SEQS = np.zeros(0, dtype=np.int64)
 _EMPTY_MATRIX = np.zeros((0, 0), dtype=np.float32)
 
 MAX_STEP_ITEMS = 200
-"""Most items a query's step references fetch (50 steps of a few items each)."""
+"""Most items a query's step references fetch (50 steps of a few items each), taken in their
+order: named steps, acted-on steps, implied steps (at most 20), then the steps before each
+named one. Putting the steps before ahead of the implied ones lost on AMA-Bench (step-range
+questions at 4k: 83.8% against 85.5%)."""
 PRECEDING_STEPS = 2
 """After the named steps come the this many steps before each (an action answers the state the
 steps before it left; AMA-Bench answers cite them). Chosen on the first 10 AMA-Bench episodes

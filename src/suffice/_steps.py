@@ -30,13 +30,13 @@ MAX_RANGE = 50
 MAX_REFERENCES = 64
 """At most this many distinct steps are taken from one text (the first mentioned)."""
 
-_STEPS = re.compile(r"\b(?:steps?|turns?)\s*#?\s*(\d+)((?:\s*(?:,|and|to|through|-|–|—|&)\s*"
+_STEPS = re.compile(r"\b(?:steps?|turns?)\s*(?:#\s*)?(\d+)((?:\s*(?:,|and|to|through|-|–|—|&)\s*"
                     r"(?:(?:steps?|turns?)\s*)?\d+)*)", re.IGNORECASE)
 _PART = re.compile(r"(,|and|to|through|-|–|—|&)\s*(?:(?:steps?|turns?)\s*)?(\d+)", re.IGNORECASE)
-_BETWEEN = re.compile(r"\bbetween\s+(?:steps?|turns?)\s*#?\s*(\d+)\s+and\s+"
-                      r"(?:(?:steps?|turns?)\s*)?#?\s*(\d+)", re.IGNORECASE)
+_BETWEEN = re.compile(r"\bbetween\s+(?:steps?|turns?)\s*(?:#\s*)?(\d+)\s+and\s+"
+                      r"(?:(?:steps?|turns?)\s*)?(?:#\s*)?(\d+)", re.IGNORECASE)
 _BOUND = re.compile(r"\b(?:at|by|as of|before|until|up to|through)\s+(?:the\s+(?:end\s+of\s+)?)?"
-                    r"(?:steps?|turns?)\s*#?\s*(\d+)", re.IGNORECASE)
+                    r"(?:steps?|turns?)\s*(?:#\s*)?(\d+)", re.IGNORECASE)
 _LATEST = re.compile(r"\b(?:now|current(?:ly)?|latest|last(?:\s+time)?|most\s+recent(?:ly)?|final(?:ly)?|"
                      r"at\s+the\s+end|so\s+far|still|remaining|left)\b", re.IGNORECASE)
 _STATE = re.compile(r"\b(?:value|values|state|status|inventory|contents?|holding|score|position|count|"
@@ -49,24 +49,32 @@ _ACTED_ON = re.compile(r"\b(?:actions?|commands?|tool\s+calls?|operations?)\b[^.
 _NOT_OBJECTS = frozenset({"it", "them", "this", "that", "these", "those", "step", "steps", "turn",
                           "turns", "each", "every", "which", "what", "its", "their", "a", "an",
                           "the", "his", "her", "my", "our", "your", "some", "any", "all", "both"})
-_BEFORE = re.compile(r"\bbefore\s+(?:steps?|turns?)\s*#?\s*(\d+)", re.IGNORECASE)
+_BEFORE = re.compile(r"\bbefore\s+(?:steps?|turns?)\s*(?:#\s*)?(\d+)", re.IGNORECASE)
 
 MAX_SPAN = 20
 """Most steps filled in between two named ones (:func:`implied_steps`); a wider stretch is
 context, as for :data:`MAX_RANGE`."""
+
+MAX_IMPLIED = 20
+"""Most steps :func:`implied_steps` adds to a question's named ones."""
+
+MAX_STEP = 2**63 - 1
+"""Steps past this are not looked up (a store's integers end here)."""
 
 FOLLOWING_STEPS = 5
 """Steps after each named one that a question about what came next gets (:func:`implied_steps`).
 Chosen among 1, 2, 3, 5 and 8 on half of the AMA-Bench episodes (every other one by name;
 5 and 8 tied there), reported on the other half too (docs/benchmarks.md section 9)."""
 
-# A stretch between two named steps: "between (the start of) step 4 and step 8", "from the
-# first input (step 1) to the point ... (step 8)", "after Cancel (step 12) and before Add (step 17)".
-_SPAN_OPEN = re.compile(r"\b(?:between|from|after|since)\b", re.IGNORECASE)
-_SPAN_JOIN = re.compile(r"\b(?:and|to|until|till|through|before)\b", re.IGNORECASE)
+# A stretch between two named steps: the opening word at most six words before the first
+# mention, the joining word among the first three after it, one clause (no comma) in between.
+_SPAN_LEAD = re.compile(r"\b(?:between|from|after|since)\b[^\w,;.?!]+(?:\w+[^\w,;.?!]+){0,6}$",
+                        re.IGNORECASE)
+_SPAN_GAP = re.compile(r"[^\w,;.?!]*(?:\w+[^\w,;.?!]+){0,2}(?:and|to|until|till|through|before)\b"
+                       r"[^,;.?!]{0,120}$", re.IGNORECASE)
 # What came after a step: "which action followed step 10", "the subsequent steps", and the
 # consequences a counterfactual ("if at step 14 the agent had ...") asks about.
-_AFTER = re.compile(r"\b(?:after(?:wards?)?|next|follow(?:s|ed|ing)?|later|subsequent(?:ly)?|then|"
+_AFTER = re.compile(r"\b(?:after(?:wards?)?|next|follow(?:s|ed|ing)?|later|subsequent(?:ly)?|"
                     r"cascad\w*|downstream|consequences?|outcomes?|led\s+to|lead\s+to|counterfactual)\b|"
                     r"\bif\b[^.?!]{0,120}?\bhad\b", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.?!;]\s")
@@ -104,39 +112,48 @@ def cited_steps(text: str, n_turns: int | None = None, *, between: bool = True,
 
 
 def implied_steps(text: str, named: list[int] | None = None) -> list[tuple[int, str]]:
-    """Steps ``text`` asks about without naming them, each with why, in order: the steps
-    between two it names when it asks about the stretch between them ("between step 4 and step
-    8", "after Cancel (step 12) and before Add (step 17)": 5-7, 13-16; at most
-    :data:`MAX_SPAN`), then, when it asks what came after a named step ("which action followed
-    step 10", "how did that cascade", "if at step 14 the agent had ..."), the
-    :data:`FOLLOWING_STEPS` steps after each. ``named``: :func:`cited_steps` of ``text``
-    (computed when None); none of them is repeated."""
+    """Steps ``text`` asks about without naming them, each with why, in order; at most
+    :data:`MAX_IMPLIED`, none of ``named`` (:func:`cited_steps` of ``text`` when None).
+
+    * A stretch: two step mentions in one clause, the first just after "between", "from",
+      "after" or "since", the second just after "and", "to", "until" or "before" ("after Cancel
+      (step 12) and before Add (step 17)" gives 13-16; "between the start of step 4 and the
+      observation at step 8" 5-7), at most :data:`MAX_SPAN` steps in between. The bare "between
+      step 4 and 8" is :func:`cited_steps`' own range already.
+    * What came after: a sentence that asks what followed a step it names ("which action
+      followed step 10", "how did that cascade", "if at step 14 the agent had ...") gives the
+      :data:`FOLLOWING_STEPS` steps after each of them; not for the ends of a stretch, not at or
+      past the question's "before step N". A state question ("what was X at step 50, after
+      ...") gets them too: its own latest match still keeps to its step bound, and on AMA-Bench
+      leaving them out lost more (its counterfactuals ask for "the final result")."""
     named = cited_steps(text) if named is None else named
     taken = set(named)
     out: list[tuple[int, str]] = []
+    below = before_step(text)
 
     def add(n: int, why: str) -> None:
-        if n >= 0 and n not in taken and len(taken) < MAX_REFERENCES + MAX_SPAN:
+        if (0 <= n <= MAX_STEP and n not in taken and len(out) < MAX_IMPLIED
+                and (below is None or n < below)):
             taken.add(n)
             out.append((n, why))
 
     spanned: set[int] = set()
     mentions = [(m.start(), m.end(), int(m.group(1))) for m in _STEPS.finditer(text)]
     for (s1, e1, a), (s2, _e2, b) in zip(mentions, mentions[1:], strict=False):
-        lead = text[max(0, s1 - 80):s1]
-        lead = _SENTENCE_END.split(lead)[-1]  # the opening word must be in the same sentence
-        gap = text[e1:s2]
-        if (0 < b - a - 1 <= MAX_SPAN and _SPAN_OPEN.search(lead) and _SPAN_JOIN.search(gap)
-                and not _SENTENCE_END.search(gap)):
+        if 0 < b - a - 1 <= MAX_SPAN and _SPAN_LEAD.search(text[max(0, s1 - 80):s1]) and _SPAN_GAP.match(
+                text[e1:s2]):
             spanned.update((a, b))
             for n in range(a + 1, b):
                 add(n, f"step {n} (between step {a} and step {b})")
-    if named and _AFTER.search(text):
-        for n in named:
-            if n in spanned:  # a stretch's "after ... before" is not a question about what followed
-                continue
-            for k in range(1, FOLLOWING_STEPS + 1):
-                add(n + k, f"step {n + k} (after step {n})")
+    if not named:
+        return out
+    for sentence in _SENTENCE_END.split(text):
+        if _AFTER.search(sentence):
+            for n in cited_steps(sentence):
+                if n in spanned:  # a stretch's "after ... before" asks for the stretch
+                    continue
+                for k in range(1, FOLLOWING_STEPS + 1):
+                    add(n + k, f"step {n + k} (after step {n})")
     return out
 
 

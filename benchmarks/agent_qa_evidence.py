@@ -1,0 +1,68 @@
+"""How much of each AMA-Bench QA question's cited evidence the readers of ``suffice bench agent qa``
+get: the fast path's render, the agent render, and truncation, at the QA budget. No model call.
+
+The QA scores of the render and of truncation tie with the 0.5B reader; this says whether that is
+because both contexts hold the same evidence (they do not) or because the reader makes little of
+the difference.
+
+    python benchmarks/agent_qa_evidence.py --store runs/agent_qa_ama.db --budget 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from suffice._bench.agent_qa import open_store, sample_ama, truncation_context
+from suffice._config import RenderConfig
+from suffice._datasets.ama import load_ama
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", default="runs/agent_qa_ama.db", help="the QA run's store (--store there)")
+    ap.add_argument("--budget", type=int, default=1000)
+    ap.add_argument("--episodes", type=int, default=24)
+    ap.add_argument("--per-episode", type=int, default=2)
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    mem = open_store(args.store)
+    agent = RenderConfig.for_agent()
+    methods = ("fast render", "agent render", "truncation")
+    whole = dict.fromkeys(methods, 0)
+    share = dict.fromkeys(methods, 0.0)
+    n = 0
+    try:
+        for ep, qs in sample_ama(load_ama(), n_episodes=args.episodes, per_episode=args.per_episode):
+            for q in qs:
+                cited = set(ep.questions[int(q.key.split("#")[1])].steps)
+                evidence = [it.text for it in ep.items if it.meta["step"] in cited]
+                if not evidence:
+                    continue
+                n += 1
+                contexts = {
+                    "fast render": mem.render(q.question, args.budget, scope=q.scope).text,
+                    "agent render": mem.render(q.question, args.budget, scope=q.scope, agent=True,
+                                               render=agent).text,
+                    "truncation": truncation_context(mem, q.scope, args.budget),
+                }
+                for m, text in contexts.items():
+                    inside = [t in text for t in evidence]
+                    whole[m] += all(inside)
+                    share[m] += sum(inside) / len(inside)
+    finally:
+        mem.close()
+    out = {"budget": args.budget, "questions": n,
+           "methods": {m: {"all_whole_pct": 100 * whole[m] / n, "mean_share_pct": 100 * share[m] / n}
+                       for m in methods}}
+    print(f"{n} sampled questions that cite steps, budget {args.budget}")
+    print("| context | all cited items whole | mean share of cited items whole |\n|---|---|---|")
+    for m, v in out["methods"].items():
+        print(f"| {m} | {v['all_whole_pct']:.1f}% | {v['mean_share_pct']:.1f}% |")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
