@@ -11,9 +11,9 @@ the difference.
 from __future__ import annotations
 
 import argparse
-import json
 
 from suffice._bench.agent_qa import open_store, sample_ama, truncation_context
+from suffice._bench.report import envelope, write_json
 from suffice._config import RenderConfig
 from suffice._datasets.ama import load_ama
 
@@ -60,8 +60,9 @@ def main() -> None:
     for m, v in out["methods"].items():
         print(f"| {m} | {v['all_whole_pct']:.1f}% | {v['mean_share_pct']:.1f}% |")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=1)
+        settings = {"budget": args.budget, "store": args.store}
+        data = "../shared/data/agent/ama_bench"
+        write_json(args.json, envelope("agent_qa_evidence", "ama", data, settings, out))
 
 
 if __name__ == "__main__":

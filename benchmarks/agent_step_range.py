@@ -16,6 +16,7 @@ import json
 from collections import Counter
 
 from suffice._bench.agent import ama_questions, build_store
+from suffice._bench.report import envelope, write_json
 from suffice._datasets.ama import load_ama
 from suffice._datasets.trajectories import LOADERS
 from suffice._steps import cited_steps
@@ -87,8 +88,9 @@ def main() -> None:
     for k, v in split.items():
         print(f"| {k} | {v['n']} | " + " | ".join(f"{100 * v[m] / v['n']:.1f}" for m in METHODS) + " |")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=1)
+        settings = {"records": args.records, "store": args.store}
+        data = "../shared/data/agent/ama_bench"
+        write_json(args.json, envelope("agent_step_range", "ama", data, settings, out))
 
 
 if __name__ == "__main__":
