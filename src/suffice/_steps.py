@@ -115,11 +115,11 @@ def implied_steps(text: str, named: list[int] | None = None) -> list[tuple[int, 
     """Steps ``text`` asks about without naming them, each with why, in order; at most
     :data:`MAX_IMPLIED`, none of ``named`` (:func:`cited_steps` of ``text`` when None).
 
-    * A stretch: two step mentions in one clause, the first just after "between", "from",
-      "after" or "since", the second just after "and", "to", "until" or "before" ("after Cancel
-      (step 12) and before Add (step 17)" gives 13-16; "between the start of step 4 and the
-      observation at step 8" 5-7), at most :data:`MAX_SPAN` steps in between. The bare "between
-      step 4 and 8" is :func:`cited_steps`' own range already.
+    * A stretch: two step mentions in one clause, the first at most six words after "between",
+      "from", "after" or "since", joined by "and", "to", "until" or "before" among the next three
+      words ("after Cancel (step 12) and before Add (step 17)" gives 13-16; "between the start
+      of step 4 and the observation at step 8" 5-7), at most :data:`MAX_SPAN` steps in between.
+      The bare "between step 4 and 8" is :func:`cited_steps`' own range already.
     * What came after: a sentence that asks what followed a step it names ("which action
       followed step 10", "how did that cascade", "if at step 14 the agent had ...") gives the
       :data:`FOLLOWING_STEPS` steps after each of them; not for the ends of a stretch, not at or
