@@ -33,6 +33,7 @@ def test_every_readme_snippet_runs(tmp_path, monkeypatch, capsys):
             pytest.fail(f"README snippet {i + 1} failed: {type(exc).__name__}: {exc}\n{code}")
     out = capsys.readouterr().out
     assert "Lisbon" in out  # the search printed the turn it found
+    assert "step 2 action python -m pytest" in out  # the agent snippet: the named step came first
     from suffice import Memory
     with Memory(tmp_path / "memory.db", embedder=None) as mem:
         assert mem.items(user_id="ana")[0].text.startswith("I moved to Lisbon")
