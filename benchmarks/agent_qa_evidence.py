@@ -15,7 +15,7 @@ import argparse
 from suffice._bench.agent_qa import open_store, sample_ama, truncation_context
 from suffice._bench.report import envelope, write_json
 from suffice._config import RenderConfig
-from suffice._datasets.ama import load_ama
+from suffice._datasets.ama import default_path, load_ama
 
 
 def main() -> None:
@@ -61,8 +61,7 @@ def main() -> None:
         print(f"| {m} | {v['all_whole_pct']:.1f}% | {v['mean_share_pct']:.1f}% |")
     if args.json:
         settings = {"budget": args.budget, "store": args.store}
-        data = "../shared/data/agent/ama_bench"
-        write_json(args.json, envelope("agent_qa_evidence", "ama", data, settings, out))
+        write_json(args.json, envelope("agent_qa_evidence", "ama", str(default_path()), settings, out))
 
 
 if __name__ == "__main__":

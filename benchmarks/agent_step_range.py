@@ -12,17 +12,18 @@ the split by where the answer's evidence lies. It reads the records and the stor
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter
+from pathlib import Path
 
 from suffice._bench.agent import ama_questions, build_store
-from suffice._bench.report import envelope, write_json
-from suffice._datasets.ama import load_ama
+from suffice._bench.report import envelope, read_results, write_json
+from suffice._config import RenderConfig
+from suffice._datasets.ama import default_path, load_ama
 from suffice._datasets.trajectories import LOADERS
 from suffice._steps import cited_steps
 
 METHODS = ("suffice", "prefix fill", "truncation")
-CAP = 0.95  # the render's prompt cap (RenderConfig.prompt_cap); the baselines get all of B
+CAP = RenderConfig.for_agent().prompt_cap  # the render's share of B; the baselines get all of B
 
 
 def main() -> None:
@@ -31,11 +32,7 @@ def main() -> None:
     ap.add_argument("--store", default="runs/agent/ama.db")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
-    recs = {}
-    with open(args.records, encoding="utf-8") as fh:
-        for line in fh:
-            r = json.loads(line)
-            recs[r["key"]] = r
+    recs = {r["key"]: r for r in read_results(Path(args.records))}
     episodes = load_ama()
     by_scope = {ep.scope: ep for ep in episodes}
     mem = build_store(args.store, LOADERS["ama"](None))
@@ -89,8 +86,7 @@ def main() -> None:
         print(f"| {k} | {v['n']} | " + " | ".join(f"{100 * v[m] / v['n']:.1f}" for m in METHODS) + " |")
     if args.json:
         settings = {"records": args.records, "store": args.store}
-        data = "../shared/data/agent/ama_bench"
-        write_json(args.json, envelope("agent_step_range", "ama", data, settings, out))
+        write_json(args.json, envelope("agent_step_range", "ama", str(default_path()), settings, out))
 
 
 if __name__ == "__main__":
