@@ -264,6 +264,64 @@ def test_ppo_learns_to_pay_for_a_tier_only_when_cost_does_not_matter(tmp_path, e
                     score=lambda q, r: 0.0)
 
 
+def test_epochs_are_compared_under_one_reward_state_and_a_tie_goes_to_the_cheaper() -> None:
+    from suffice._train.tiers import CostWindow, ScaleAligner, selection_key, validation_score
+
+    window, aligner = CostWindow(), ScaleAligner()
+    window.push([0.0, 1.0, 4.0])
+    aligner.push([0.0, 1.0], [0.0, 0.5])  # kappa 0.5
+    cheap = validation_score([0.5, 0.5], [0.0, 1.0], 0.0, window, aligner)
+    dear = validation_score([0.5, 0.5], [4.0, 4.0], 0.0, window, aligner)
+    assert cheap["kappa"] == dear["kappa"] == pytest.approx(0.5)
+    assert cheap["objective"] == dear["objective"] == pytest.approx(0.25)  # lam 0: cost is no reward
+    ranked = sorted([{**dear, "epoch": 1}, {**cheap, "epoch": 7}, {**cheap, "epoch": 3}],
+                    key=selection_key, reverse=True)
+    assert [r["epoch"] for r in ranked] == [3, 7, 1]  # cheaper first, then earlier
+    better = validation_score([0.6, 0.6], [4.0, 4.0], 0.0, window, aligner)
+    assert selection_key({**better, "epoch": 9}) > selection_key({**cheap, "epoch": 3})
+    priced = validation_score([0.5, 0.5], [0.0, 1.0], 1.0, window, aligner)
+    assert priced["objective"] > validation_score([0.5, 0.5], [4.0, 4.0], 1.0, window, aligner)["objective"]
+
+
+def test_an_exported_policy_keeps_its_weights_while_training_goes_on(embedder) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    from suffice._train.tiers import _net, export
+
+    net = _net(384, 32, embedder.embed(["a", "b", "c", "d", "e"]), seed=1)
+    policy = export(net, 0.0, embedder.name)
+    before = {k: v.copy() for k, v in policy.w.items()}
+    for p in net.parameters():
+        p.data.add_(1.0)
+    assert all(np.array_equal(policy.w[k], before[k]) for k in before)
+
+
+def test_the_saved_checkpoint_is_the_best_epoch_under_one_reward_state(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    from suffice._train.tiers import PPOConfig, TierQuestion, selection_key, train_tiers
+
+    rng = np.random.default_rng(1)
+    qs = [TierQuestion(f"q{i}", f"g{i % 4}", f"question {i}", "zebra", (),
+                       rng.normal(size=384).astype(np.float32)) for i in range(16)]
+    train, val = [q for q in qs if q.group != "g3"], [q for q in qs if q.group == "g3"]
+    pipeline = PricedTiers()
+    rep = train_tiers(pipeline, embedder, train, val, PPOConfig(lam=0.0, epochs=12, batch=12, lr=3e-3),  # type: ignore[arg-type]
+                      tmp_path / "p.npz", score=lambda q, r: float(r.text == q.answer))
+    epochs = [h["val"] for h in rep["history"] if "val" in h]
+    assert len(epochs) == 12 and all("as_trained" in e for e in epochs)
+    assert max(epochs, key=selection_key)["epoch"] == rep["best_epoch"]
+    kappas = {e["kappa"] for e in epochs} | {v["kappa"] for v in rep["fixed_val"].values()}
+    assert len(kappas) == 1  # one reward state for every epoch and for the fixed pipelines
+    saved = TierPolicy.load(tmp_path / "p.npz")  # the chosen epoch's weights, not the last epoch's
+    picks: list[list[int]] = []
+    for q in val:
+        choose, chosen = saved.chooser(q.question), []
+        pipeline.run(q.question, (), lambda m, qv, x: chosen.append(choose(m, qv, x)) or chosen[-1],  # noqa: B023
+                     qvec=q.qvec)
+        picks.append(chosen)
+    assert [sum(p[i] == t for p in picks) / len(val) for i, m in enumerate(MODULES) for t in range(3)] \
+        == pytest.approx([s for m in MODULES for s in rep["val"]["tiers"][m]])
+
+
 def test_a_day_without_a_date_gets_no_invented_date() -> None:
     from suffice._pipeline.modules import _resolved
 
@@ -296,6 +354,13 @@ def test_the_tier_benchmark_compares_on_shared_questions_and_pairs_with_the_best
     assert s["n_common"] == 2 and s["best_fixed"] == "all-mid"
     assert s["configs"]["policy"]["vs_best_fixed"]["delta_f1"] == pytest.approx(15.0)
     assert s["configs"]["all-low"]["tiers"]["filter"]["low"] == 1.0
+    line = s["configs"]["policy"]["vs_fixed_line"]
+    w = (1e-5 - 1e-6) / (1e-5 - 1e-7)  # all-low's weight at the policy's cost, linear in cost
+    assert line["linear"]["between"] == ["all-low", "all-mid"]
+    assert line["linear"]["line_f1"] == pytest.approx(100 * (0.2 * w + 0.5 * (1 - w)))
+    assert line["linear"]["above"] == pytest.approx(65.0 - line["linear"]["line_f1"])
+    assert line["log"]["line_f1"] == pytest.approx(35.0)  # 1e-6 is halfway in log cost
+    assert "vs_fixed_line" not in s["configs"]["all-mid"]
     pytest.importorskip("matplotlib")
     bt.plot(s, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0

@@ -1595,7 +1595,11 @@ def train_tiers_cmd(
     exclude: ExcludeOpt = None,
     val_conv: Annotated[str, typer.Option(help="The conversation the checkpoint is chosen on.")] = "conv-48",
     per_conv: Annotated[int, typer.Option(min=1, max=10_000, help=(
-        "Questions per conversation (a seeded shuffle of categories 1-4)."))] = 6,
+        "Questions per training conversation (a seeded shuffle of categories 1-4)."))] = 6,
+    val_questions: Annotated[int, typer.Option(min=1, max=10_000, help=(
+        "Questions of --val-conv the checkpoint is chosen on (the same shuffle; the first "
+        "--per-conv of them are the ones a smaller setting picks). Few questions cannot tell a "
+        "mix of tiers from the fixed pipelines it lies between."))] = 30,
     epochs: Annotated[int, typer.Option(min=1, max=500)] = 6,
     batch: Annotated[int, typer.Option(min=2, max=4096)] = 16,
     align: Annotated[bool, typer.Option("--align/--no-align", help=(
@@ -1618,7 +1622,8 @@ def train_tiers_cmd(
     """Train tier policies with PPO (one per cost weight) on LoCoMo conversations.
 
     Conversations in --exclude (default conv-26, the acceptance set) are never read; the
-    checkpoint is the epoch whose greedy policy scores best on --val-conv."""
+    checkpoint is the epoch whose greedy policy scores best on --val-conv, every epoch scored
+    under the final reward state; of epochs that score the same, the cheaper."""
     with errors():
         import random
 
@@ -1649,7 +1654,7 @@ def train_tiers_cmd(
         for conv in sorted(by_conv):
             qs = list(by_conv[conv])
             rng.shuffle(qs)
-            picked += qs[:per_conv]
+            picked += qs[:val_questions if conv == val_conv else per_conv]
         t0 = time.perf_counter()
         questions = []
         from ._pipeline import chunks_for

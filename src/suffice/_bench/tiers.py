@@ -11,6 +11,7 @@ configuration added later costs only its own calls; the cost axis is the same on
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -109,20 +110,50 @@ def summarize(path: Path, keys: set[str] | None = None) -> dict[str, Any]:
         for name, r in rows.items():
             diffs = [100 * (by[name][k]["f1"] - by[best][k]["f1"]) for k in shared]
             r["vs_best_fixed"] = {"config": best, "delta_f1": float(np.mean(diffs)), "ci": _ci(diffs)}
+        for name, r in rows.items():
+            if not name.startswith("all-"):
+                r["vs_fixed_line"] = {space: _vs_line(by, fixed, name, r["pipeline_usd"], shared, space)
+                                      for space in ("linear", "log")}
     return {"n_common": len(common), "configs": rows, "best_fixed": best}
+
+
+def _vs_line(by: dict[str, dict[str, dict[str, Any]]], fixed: dict[str, Any], name: str, cost: float,
+             keys: Sequence[str], space: str) -> dict[str, Any] | None:
+    """How far a configuration lies above the line joining the two fixed pipelines whose costs
+    bracket its own, in cost (``linear``) or log cost (``log``), with a paired interval: each
+    question's mark minus the same mix of the two pipelines' marks on that question. None when
+    no two fixed pipelines bracket its cost."""
+    pts = sorted((r["pipeline_usd"], n) for n, r in fixed.items())
+    for (ca, a), (cb, b) in zip(pts, pts[1:], strict=False):
+        if not ca <= cost <= cb or cb <= ca:
+            continue
+        if space == "log":
+            if ca <= 0:
+                return None
+            w = (math.log(cb) - math.log(cost)) / (math.log(cb) - math.log(ca))
+        else:
+            w = (cb - cost) / (cb - ca)
+        gaps = [100 * (by[name][k]["f1"] - w * by[a][k]["f1"] - (1 - w) * by[b][k]["f1"]) for k in keys]
+        line = w * fixed[a]["f1"] + (1 - w) * fixed[b]["f1"]
+        return {"between": [a, b], "weight_first": w, "line_f1": line,
+                "above": float(np.mean(gaps)), "ci": _ci(gaps)}
+    return None
 
 
 def format_summary(s: dict[str, Any]) -> str:
     lines = [f"{s['n_common']} questions answered by every configuration",
              f"{'config':<22}{'F1':>7}  {'95% CI':<15}{'pipeline $':>12}{'pipeline s':>11}"
-             f"{'fell back':>10}  {'vs best fixed':<22}tiers (share Low/Mid/High per module)"]
+             f"{'fell back':>10}  {'vs best fixed':<22}{'above fixed line':<22}"
+             "tiers (share Low/Mid/High per module)"]
     for name, r in sorted(s["configs"].items(), key=lambda kv: kv[1]["pipeline_usd"]):
         lo, hi = r["f1_ci"]
         tiers = " ".join(f"{m[:3]}:" + "/".join(f"{r['tiers'][m][t]:.0%}" for t in TIERS) for m in MODULES)
         v = r.get("vs_best_fixed")
         vs = f"{v['delta_f1']:+.1f} [{v['ci'][0]:+.1f},{v['ci'][1]:+.1f}]" if v else ""
+        ln = (r.get("vs_fixed_line") or {}).get("linear")
+        above = f"{ln['above']:+.1f} [{ln['ci'][0]:+.1f},{ln['ci'][1]:+.1f}]" if ln else ""
         lines.append(f"{name:<22}{r['f1']:>7.1f}  [{lo:5.1f},{hi:5.1f}]  {r['pipeline_usd']:>12.2e}"
-                     f"{r['pipeline_ms'] / 1e3:>11.2f}{r['fell_back']:>10}  {vs:<22}{tiers}")
+                     f"{r['pipeline_ms'] / 1e3:>11.2f}{r['fell_back']:>10}  {vs:<22}{above:<22}{tiers}")
     return "\n".join(lines)
 
 

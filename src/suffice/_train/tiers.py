@@ -17,8 +17,12 @@ the units. Both are explicit objects whose state is saved with every checkpoint.
 The update is PPO on the product policy: one clipped ratio for the five modules' joint
 log-probability, a value baseline read from the filter's state, an entropy bonus. The
 checkpoint kept is the one that scores best on *validation* conversations with the greedy
-policy, never the one with the best training reward. Every module output is cached by
-(module, tier, model, input), so an episode whose tiers were seen before costs no new work.
+policy, never the one with the best training reward. Every epoch's validation episodes are
+kept and scored at the end under one reward state, the final one (the fixed pipelines are
+scored under it too): scored as they came, epochs would be compared under different kappas
+and cost windows. Among epochs that score the same, the cheaper one wins, then the earlier.
+Every module output is cached by (module, tier, model, input), so an episode whose tiers were
+seen before costs no new work.
 """
 
 from __future__ import annotations
@@ -41,8 +45,8 @@ from .._pipeline import MODULES, Chunk, TieredPipeline
 from .._pipeline.run import PipelineResult
 from .._route.tiers import TierPolicy
 
-__all__ = ["CostWindow", "Episode", "PPOConfig", "ScaleAligner", "TierQuestion", "train_tiers",
-           "warm_cache"]
+__all__ = ["CostWindow", "Episode", "PPOConfig", "ScaleAligner", "TierQuestion", "selection_key",
+           "train_tiers", "validation_score", "warm_cache"]
 
 DESCRIPTIONS = {
     "filter": "Picks which retrieved excerpts of the history are worth reading for the question.",
@@ -196,7 +200,8 @@ def _net(dim: int, hidden: int, descriptors: np.ndarray, seed: int) -> Any:
 def export(net: Any, lam: float, encoder: str) -> TierPolicy:
     """The torch network as a numpy :class:`TierPolicy` (same arithmetic, argmax at the end)."""
     def a(t: Any) -> np.ndarray:
-        return np.asarray(t.detach().cpu().numpy(), dtype=np.float32)
+        # A copy: numpy() shares the tensor's memory, and training goes on after an export.
+        return np.array(t.detach().cpu().numpy(), dtype=np.float32, copy=True)
 
     w = {"descriptors": a(net.descriptors), "wu": a(net.u.weight), "bu": a(net.u.bias),
          "wv": a(net.v.weight), "bv": a(net.v.bias), "w1": a(net.t1.weight), "b1": a(net.t1.bias),
@@ -249,7 +254,7 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
     aligner = ScaleAligner(enabled=config.align)
     t0 = time.perf_counter()
     history: list[dict[str, Any]] = []
-    best: tuple[float, dict[str, Any]] | None = None
+    candidates: list[tuple[dict[str, Any], TierPolicy]] = []
 
     def run(q: TierQuestion, greedy: bool, fixed: int | None = None) -> Episode:
         picks: list[int] = []
@@ -274,16 +279,14 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
 
     def evaluate(questions: Sequence[TierQuestion], fixed: int | None = None) -> dict[str, Any]:
         eps = [run(q, greedy=True, fixed=fixed) for q in questions]
-        kappa = aligner.kappa()
-        task = float(np.mean([e.task for e in eps]))
-        rc = float(np.mean([window.reward(e.cost) for e in eps]))
         shares = {m: [0, 0, 0] for m in MODULES}
         for e in eps:
             for m, a in zip(MODULES, e.tiers, strict=True):
                 shares[m][a] += 1
-        return {"objective": kappa * task + config.lam * rc, "task": task, "cost_reward": rc,
-                "cost_usd": float(np.mean([e.cost for e in eps])), "kappa": kappa,
-                "tiers": {m: [c / len(eps) for c in v] for m, v in shares.items()}}
+        return {**validation_score([e.task for e in eps], [e.cost for e in eps], config.lam,
+                                   window, aligner),
+                "tiers": {m: [c / len(eps) for c in v] for m, v in shares.items()},
+                "episodes": [{"task": e.task, "cost": e.cost} for e in eps]}
 
     module_ids = torch.arange(len(MODULES))
     batches_per_epoch = math.ceil(len(train) / config.batch)
@@ -335,19 +338,46 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
         report = evaluate(val)
         report["epoch"] = epoch
         history.append({"epoch": epoch, "val": report})
-        if best is None or report["objective"] > best[0]:
-            best = (report["objective"], report)
-            policy = export(net, config.lam, embedder.name)
-            policy.save(out, val=report, epoch=epoch, config=dataclasses.asdict(config),
-                        cost_window=window.state(), aligner=aligner.state())
-    assert best is not None
-    # The fixed pipelines on the same validation questions, scored with the final reward state.
+        candidates.append((report, export(net, config.lam, embedder.name)))
+    # Every epoch rescored under the final reward state; the fixed pipelines on the same
+    # validation questions are scored under it too.
+    for report, _ in candidates:
+        eps = report.pop("episodes")
+        report["as_trained"] = {k: report[k] for k in ("objective", "kappa", "cost_reward")}
+        report.update(validation_score([e["task"] for e in eps], [e["cost"] for e in eps],
+                                       config.lam, window, aligner))
+    best, policy = max(candidates, key=lambda c: selection_key(c[0]))
+    policy.save(out, val=best, epoch=best["epoch"], config=dataclasses.asdict(config),
+                cost_window=window.state(), aligner=aligner.state())
     fixed = {f"all-{t}": evaluate(val, fixed=i) for i, t in enumerate(("low", "mid", "high"))}
-    return {"lam": config.lam, "align": config.align, "best_epoch": best[1]["epoch"], "val": best[1],
+    for v in fixed.values():
+        v.pop("episodes")
+    return {"lam": config.lam, "align": config.align, "best_epoch": best["epoch"], "val": best,
             "fixed_val": fixed,
             "train_s": time.perf_counter() - t0, "episodes": config.epochs * len(train),
             "cache_hits": pipeline.cache.hits, "cache_misses": pipeline.cache.misses,
             "history": history, "out": str(out)}
+
+
+def validation_score(task: Sequence[float], cost: Sequence[float], lam: float,
+                     window: CostWindow, aligner: ScaleAligner) -> dict[str, Any]:
+    """One validation pass's objective, kappa * task + lam * cost reward, under the reward
+    state given (the selection passes the final one for every epoch)."""
+    kappa = aligner.kappa()
+    mean_task = float(np.mean(task))
+    rc = float(np.mean([window.reward(c) for c in cost]))
+    return {"objective": kappa * mean_task + lam * rc, "task": mean_task, "cost_reward": rc,
+            "cost_usd": float(np.mean(cost)), "kappa": kappa}
+
+
+TIE = 1e-9
+"""Objectives closer than this count as equal (they are means of the same questions' marks)."""
+
+
+def selection_key(report: dict[str, Any]) -> tuple[float, float, int]:
+    """Sort key of a validated epoch: the best objective, then the lower cost, then the earlier
+    epoch. Objectives are rounded to :data:`TIE` so that float noise is not a preference."""
+    return (round(report["objective"] / TIE) * TIE, -report["cost_usd"], -report["epoch"])
 
 
 def card(path: Path) -> dict[str, Any]:
