@@ -241,14 +241,21 @@ class PricedTiers:
         return PipelineResult(text, tuple(receipts), (), (), {}, tuple(states))
 
 
+def split_questions(n: int, seed: int):  # type: ignore[no-untyped-def]
+    """n questions in four conversations; the fourth is the validation split."""
+    from suffice._train.tiers import TierQuestion
+
+    rng = np.random.default_rng(seed)
+    qs = [TierQuestion(f"q{i}", f"g{i % 4}", f"question {i}", "zebra", (),
+                       rng.normal(size=384).astype(np.float32)) for i in range(n)]
+    return [q for q in qs if q.group != "g3"], [q for q in qs if q.group == "g3"]
+
+
 def test_ppo_learns_to_pay_for_a_tier_only_when_cost_does_not_matter(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("torch")
-    from suffice._train.tiers import PPOConfig, TierQuestion, train_tiers
+    from suffice._train.tiers import PPOConfig, train_tiers
 
-    rng = np.random.default_rng(0)
-    qs = [TierQuestion(f"q{i}", f"g{i % 4}", f"question {i}", "zebra", (),
-                       rng.normal(size=384).astype(np.float32)) for i in range(24)]
-    train, val = [q for q in qs if q.group != "g3"], [q for q in qs if q.group == "g3"]
+    train, val = split_questions(24, seed=0)
     runs = {lam: train_tiers(PricedTiers(), embedder, train, val,  # type: ignore[arg-type]
                              PPOConfig(lam=lam, epochs=30, batch=18, lr=3e-3), tmp_path / f"{lam}.npz",
                              score=lambda q, r: float(r.text == q.answer))
@@ -297,12 +304,9 @@ def test_an_exported_policy_keeps_its_weights_while_training_goes_on(embedder) -
 
 def test_the_saved_checkpoint_is_the_best_epoch_under_one_reward_state(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("torch")
-    from suffice._train.tiers import PPOConfig, TierQuestion, selection_key, train_tiers
+    from suffice._train.tiers import PPOConfig, selection_key, train_tiers
 
-    rng = np.random.default_rng(1)
-    qs = [TierQuestion(f"q{i}", f"g{i % 4}", f"question {i}", "zebra", (),
-                       rng.normal(size=384).astype(np.float32)) for i in range(16)]
-    train, val = [q for q in qs if q.group != "g3"], [q for q in qs if q.group == "g3"]
+    train, val = split_questions(16, seed=1)
     pipeline = PricedTiers()
     rep = train_tiers(pipeline, embedder, train, val, PPOConfig(lam=0.0, epochs=12, batch=12, lr=3e-3),  # type: ignore[arg-type]
                       tmp_path / "p.npz", score=lambda q, r: float(r.text == q.answer))
