@@ -254,7 +254,7 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
     aligner = ScaleAligner(enabled=config.align)
     t0 = time.perf_counter()
     history: list[dict[str, Any]] = []
-    candidates: list[tuple[dict[str, Any], TierPolicy]] = []
+    candidates: list[tuple[dict[str, Any], list[Episode], TierPolicy]] = []
 
     def run(q: TierQuestion, greedy: bool, fixed: int | None = None) -> Episode:
         picks: list[int] = []
@@ -277,7 +277,8 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
         return Episode(q.key, tuple(picks), tuple(x for _, x in res.states), score(q, res),
                        res.cost_usd)
 
-    def evaluate(questions: Sequence[TierQuestion], fixed: int | None = None) -> dict[str, Any]:
+    def evaluate(questions: Sequence[TierQuestion],
+                 fixed: int | None = None) -> tuple[dict[str, Any], list[Episode]]:
         eps = [run(q, greedy=True, fixed=fixed) for q in questions]
         shares = {m: [0, 0, 0] for m in MODULES}
         for e in eps:
@@ -285,8 +286,7 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
                 shares[m][a] += 1
         return {**validation_score([e.task for e in eps], [e.cost for e in eps], config.lam,
                                    window, aligner),
-                "tiers": {m: [c / len(eps) for c in v] for m, v in shares.items()},
-                "episodes": [{"task": e.task, "cost": e.cost} for e in eps]}
+                "tiers": {m: [c / len(eps) for c in v] for m, v in shares.items()}}, eps
 
     module_ids = torch.arange(len(MODULES))
     batches_per_epoch = math.ceil(len(train) / config.batch)
@@ -335,23 +335,20 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
                             "kappa": kappa})
             if progress is not None:
                 progress("batches", epoch * batches_per_epoch + b + 1, config.epochs * batches_per_epoch)
-        report = evaluate(val)
+        report, eps = evaluate(val)
         report["epoch"] = epoch
         history.append({"epoch": epoch, "val": report})
-        candidates.append((report, export(net, config.lam, embedder.name)))
+        candidates.append((report, eps, export(net, config.lam, embedder.name)))
     # Every epoch rescored under the final reward state; the fixed pipelines on the same
     # validation questions are scored under it too.
-    for report, _ in candidates:
-        eps = report.pop("episodes")
+    for report, eps, _ in candidates:
         report["as_trained"] = {k: report[k] for k in ("objective", "kappa", "cost_reward")}
-        report.update(validation_score([e["task"] for e in eps], [e["cost"] for e in eps],
+        report.update(validation_score([e.task for e in eps], [e.cost for e in eps],
                                        config.lam, window, aligner))
-    best, policy = max(candidates, key=lambda c: selection_key(c[0]))
+    best, _, policy = max(candidates, key=lambda c: selection_key(c[0]))
     policy.save(out, val=best, epoch=best["epoch"], config=dataclasses.asdict(config),
                 cost_window=window.state(), aligner=aligner.state())
-    fixed = {f"all-{t}": evaluate(val, fixed=i) for i, t in enumerate(("low", "mid", "high"))}
-    for v in fixed.values():
-        v.pop("episodes")
+    fixed = {f"all-{t}": evaluate(val, fixed=i)[0] for i, t in enumerate(("low", "mid", "high"))}
     return {"lam": config.lam, "align": config.align, "best_epoch": best["epoch"], "val": best,
             "fixed_val": fixed,
             "train_s": time.perf_counter() - t0, "episodes": config.epochs * len(train),
