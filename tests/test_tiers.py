@@ -326,6 +326,31 @@ def test_the_saved_checkpoint_is_the_best_epoch_under_one_reward_state(tmp_path,
         == pytest.approx([s for m in MODULES for s in rep["val"]["tiers"][m]])
 
 
+def test_a_run_stopped_midway_leaves_the_best_epoch_so_far_marked_provisional(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    from suffice._train.tiers import PPOConfig, train_tiers
+
+    train, val = split_questions(16, seed=2)
+    cfg = PPOConfig(lam=0.0, epochs=6, batch=12, lr=3e-3)
+
+    def stop_in_epoch_three(stage: str, done: int, total: int) -> None:
+        if done == 2 * total // cfg.epochs + 1:   # the first batch of the third epoch
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_tiers(PricedTiers(), embedder, train, val, cfg, tmp_path / "p.npz",  # type: ignore[arg-type]
+                    score=lambda q, r: float(r.text == q.answer), progress=stop_in_epoch_three)
+    card = json.loads((tmp_path / "p.json").read_text())
+    assert card["provisional"] is True and card["epochs_done"] == 2 and card["epoch"] in (0, 1)
+    assert "provisional" in TierPolicy.load(tmp_path / "p.npz").name   # receipts show it
+    assert not list(tmp_path.glob("*.tmp"))                            # no half-written file left
+    train_tiers(PricedTiers(), embedder, train, val, cfg, tmp_path / "p.npz",  # type: ignore[arg-type]
+                score=lambda q, r: float(r.text == q.answer))
+    card = json.loads((tmp_path / "p.json").read_text())
+    assert card["provisional"] is False and card["epochs_done"] == 6
+    assert "provisional" not in TierPolicy.load(tmp_path / "p.npz").name
+
+
 def test_a_day_without_a_date_gets_no_invented_date() -> None:
     from suffice._pipeline.modules import _resolved
 

@@ -120,15 +120,26 @@ class TierPolicy:
                 weights = {k: z[k] for k in z.files}
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read tier policy {p}: {exc}") from exc
+        # A policy from a stopped training run says so wherever its name is shown (receipts, bench).
+        mark = ", provisional" if meta.get("provisional") else ""
         return cls(weights, lam=float(meta.get("lam", 0.0)), encoder=str(meta.get("encoder", "")),
-                   name=f"trained(λ={meta.get('lam', 0.0)})")
+                   name=f"trained(λ={meta.get('lam', 0.0)}{mark})")
 
     def save(self, path: str | Path, **meta: object) -> None:
+        """Write the weights (``path``) and the card (``.json`` beside it). Each file is written
+        whole to a temporary name and then renamed over the old one, so a run stopped while
+        saving leaves the previous checkpoint, never half a file."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(p, **self.w)  # type: ignore[arg-type]
-        p.with_suffix(".json").write_text(json.dumps(
-            {"lam": self.lam, "encoder": self.encoder, **meta}, indent=2, default=str))
+        tmp = p.with_name(p.name + ".tmp")
+        with tmp.open("wb") as f:
+            np.savez(f, **self.w)  # type: ignore[arg-type]
+        card = p.with_suffix(".json")
+        tmp_card = card.with_name(card.name + ".tmp")
+        tmp_card.write_text(json.dumps({"lam": self.lam, "encoder": self.encoder, **meta},
+                                       indent=2, default=str))
+        os.replace(tmp, p)
+        os.replace(tmp_card, card)
 
 
 def load_tier_policy(path: str | Path, lam: float | None = None) -> TierPolicy:

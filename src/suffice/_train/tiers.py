@@ -21,6 +21,8 @@ policy, never the one with the best training reward. Every epoch's validation ep
 kept and scored at the end under one reward state, the final one (the fixed pipelines are
 scored under it too): scored as they came, epochs would be compared under different kappas
 and cost windows. Among epochs that score the same, the cheaper one wins, then the earlier.
+After every epoch the best one so far is written too, marked ``provisional`` in its card, so a
+run stopped early leaves a usable policy; the final choice overwrites it.
 Every module output is cached by (module, tier, model, input), so an episode whose tiers were
 seen before costs no new work.
 """
@@ -277,6 +279,10 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
         return Episode(q.key, tuple(picks), tuple(x for _, x in res.states), score(q, res),
                        res.cost_usd)
 
+    def rescore(eps: Sequence[Episode]) -> dict[str, Any]:
+        """A validation pass scored under the reward state as it stands now."""
+        return validation_score([e.task for e in eps], [e.cost for e in eps], config.lam, window, aligner)
+
     def evaluate(questions: Sequence[TierQuestion],
                  fixed: int | None = None) -> tuple[dict[str, Any], list[Episode]]:
         eps = [run(q, greedy=True, fixed=fixed) for q in questions]
@@ -284,8 +290,7 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
         for e in eps:
             for m, a in zip(MODULES, e.tiers, strict=True):
                 shares[m][a] += 1
-        return {**validation_score([e.task for e in eps], [e.cost for e in eps], config.lam,
-                                   window, aligner),
+        return {**rescore(eps),
                 "tiers": {m: [c / len(eps) for c in v] for m, v in shares.items()}}, eps
 
     module_ids = torch.arange(len(MODULES))
@@ -339,15 +344,20 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
         report["epoch"] = epoch
         history.append({"epoch": epoch, "val": report})
         candidates.append((report, eps, export(net, config.lam, embedder.name)))
+        # The best epoch so far under the reward state as it stands, written at once and marked
+        # provisional: a run stopped before the end still leaves a policy to use.
+        so_far, pol = max((({**r, **rescore(es)}, p) for r, es, p in candidates),
+                          key=lambda c: selection_key(c[0]))
+        pol.save(out, val=so_far, epoch=so_far["epoch"], provisional=True, epochs_done=epoch + 1,
+                 config=dataclasses.asdict(config), cost_window=window.state(), aligner=aligner.state())
     # Every epoch rescored under the final reward state; the fixed pipelines on the same
     # validation questions are scored under it too.
     for report, eps, _ in candidates:
         report["as_trained"] = {k: report[k] for k in ("objective", "kappa", "cost_reward")}
-        report.update(validation_score([e.task for e in eps], [e.cost for e in eps],
-                                       config.lam, window, aligner))
+        report.update(rescore(eps))
     best, _, policy = max(candidates, key=lambda c: selection_key(c[0]))
-    policy.save(out, val=best, epoch=best["epoch"], config=dataclasses.asdict(config),
-                cost_window=window.state(), aligner=aligner.state())
+    policy.save(out, val=best, epoch=best["epoch"], provisional=False, epochs_done=config.epochs,
+                config=dataclasses.asdict(config), cost_window=window.state(), aligner=aligner.state())
     fixed = {f"all-{t}": evaluate(val, fixed=i)[0] for i, t in enumerate(("low", "mid", "high"))}
     return {"lam": config.lam, "align": config.align, "best_epoch": best["epoch"], "val": best,
             "fixed_val": fixed,
