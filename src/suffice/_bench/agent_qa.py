@@ -35,6 +35,7 @@ from typing import Any
 from .._api import Memory
 from .._engine import ANSWER_STAGE
 from .._errors import ProviderError
+from .._files import write_atomic
 from .._llm.base import LLM, Ledger, Message
 from .._llm.cache import replayed_ms
 from .._llm.parse import ask_parsed, extract_answer
@@ -43,7 +44,7 @@ from .._tokens import count_tokens, encode, encoding
 from .judge import judge, parse_verdict
 from .metrics import token_f1
 from .qa import open_append, receipt_summary
-from .report import markdown_table, paired_bootstrap, read_results, write_text_atomic
+from .report import markdown_table, paired_bootstrap, read_results
 
 MODES = ("fast", "deep", "auto")
 BASELINES = ("truncation", "prefix-fill")
@@ -345,7 +346,7 @@ def run(mem: Memory, llm: LLM, questions: Sequence[AgentQuestion], out: Path, *,
                 counts["judged"] += 1
                 changed = True
         if changed:
-            write_text_atomic(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
+            write_atomic(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
     with open_append(out) as fh:
         for q in questions:
             for v in variants:

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import OutputParseError
+from .._files import write_atomic
 from .._llm.base import LLM, Ledger
 from .._llm.parse import ask_parsed, extract_json
 from .._prompts import JUDGE_FORMAT, judge_messages
-from .report import read_results, write_text_atomic
+from .report import read_results
 
 ALLOWED_SCORES = (0.0, 0.5, 1.0)
 _LOOSE_SCORE = re.compile(r"\bscore\b\W{0,4}(0\.5|1(?:\.0)?|0(?:\.0)?)(?![\d.])", re.I)
@@ -115,7 +116,7 @@ def judge_file(path: Path, llm: LLM, *, max_tokens: int = 10, save_every: int = 
     judged = failed = skipped = 0
 
     def save() -> None:
-        write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
+        write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
 
     for i, rec in enumerate(recs):
         for res in _answers(rec):

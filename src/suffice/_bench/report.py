@@ -17,6 +17,8 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from .._files import write_atomic
+
 SCHEMA = 1
 
 
@@ -66,18 +68,8 @@ def envelope(benchmark: str, dataset: str, data: str, settings: Any, results: An
     }
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it into place, so a kill
-    leaves either the old file or the new one, never half of one."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
-
-
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    write_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 
 def read_results(path: Path) -> Iterator[dict[str, Any]]:

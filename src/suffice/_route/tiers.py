@@ -9,6 +9,7 @@ the argmax; training (``suffice train tiers``) samples.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import ConfigError
+from .._files import write_atomic
 from .._pipeline import MODULES, TIERS, Chooser, Module, Tier, TierSource
 
 __all__ = ["TIERS_ENV", "FixedTiers", "HeuristicTiers", "TierPolicy", "TierSource", "default_tiers",
@@ -130,16 +132,11 @@ class TierPolicy:
         whole to a temporary name and then renamed over the old one, so a run stopped while
         saving leaves the previous checkpoint, never half a file."""
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        with tmp.open("wb") as f:
-            np.savez(f, **self.w)  # type: ignore[arg-type]
-        card = p.with_suffix(".json")
-        tmp_card = card.with_name(card.name + ".tmp")
-        tmp_card.write_text(json.dumps({"lam": self.lam, "encoder": self.encoder, **meta},
-                                       indent=2, default=str))
-        os.replace(tmp, p)
-        os.replace(tmp_card, card)
+        weights = io.BytesIO()
+        np.savez(weights, **self.w)  # type: ignore[arg-type]
+        write_atomic(p, weights.getvalue())
+        write_atomic(p.with_suffix(".json"), json.dumps(
+            {"lam": self.lam, "encoder": self.encoder, **meta}, indent=2, default=str))
 
 
 def load_tier_policy(path: str | Path, lam: float | None = None) -> TierPolicy:
