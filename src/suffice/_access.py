@@ -16,7 +16,6 @@ import hmac
 import json
 import os
 import secrets
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import AccessDeniedError, AuthenticationError, ConfigError, InvalidInputError
+from ._files import write_atomic
 from ._store.base import normalize_scope
 
 KEY_PREFIX = "sfk_"
@@ -149,18 +149,7 @@ class KeyRing:
         data: dict[str, Any] = {"format": KEYS_FORMAT, "keys": [
             {"id": k.key_id, "name": k.name, "scopes": list(k.grant.patterns), "sha256": k.sha256,
              "created_at": k.created_at} for k in keys]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".keys-", dir=self.path.parent)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path, json.dumps(data, indent=1), mode=0o600)
 
     def keys(self) -> list[ApiKey]:
         return list(self._load())

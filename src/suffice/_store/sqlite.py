@@ -768,8 +768,7 @@ class SQLiteStore:
             return []
         if flt is not None:
             validate_filter(flt)
-        if self._postings is not None and self.lexical_index_items is not None and (
-                flt is None or not _needs_items(flt)):
+        if self._postings is not None and (flt is None or not _needs_items(flt)):
             found = self._postings.search(scope, fts_table(scope), terms, limit,
                                           None if flt is None else flt.before_seq)
             if found is not None:

@@ -1,0 +1,50 @@
+"""write_atomic: a reader sees the old file or the new one, and a failed write leaves no trace."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from suffice._files import write_atomic
+
+
+def test_text_and_bytes_land_whole_and_replace_the_old_file(tmp_path: Path) -> None:
+    p = tmp_path / "sub" / "card.json"
+    write_atomic(p, "é first\n")
+    assert p.read_text(encoding="utf-8") == "é first\n"
+    write_atomic(p, b"\x00\x01second")
+    assert p.read_bytes() == b"\x00\x01second"
+    assert [f.name for f in p.parent.iterdir()] == ["card.json"]
+
+
+def test_a_failed_rename_keeps_the_old_file_and_removes_the_temporary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "records.jsonl"
+    p.write_text("old\n")
+
+    def broken(src: object, dst: object) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk gone"):
+        write_atomic(p, "new\n")
+    assert p.read_text() == "old\n"
+    assert [f.name for f in tmp_path.iterdir()] == ["records.jsonl"]
+
+
+def test_a_secret_is_never_readable_by_others(tmp_path: Path) -> None:
+    p = tmp_path / "keys.json"
+    write_atomic(p, "{}", mode=0o600)
+    assert stat.S_IMODE(p.stat().st_mode) == 0o600
+
+
+def test_a_plain_file_follows_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o644
