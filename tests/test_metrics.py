@@ -9,6 +9,7 @@ from suffice._bench.metrics import (
     exact_match,
     multi_answer_f1,
     normalize_answer,
+    novel_f1,
     score_locomo,
     token_f1,
 )
@@ -78,3 +79,16 @@ def test_numeric_gold_and_bad_category() -> None:
 def test_exact_match() -> None:
     assert exact_match("The Dogs!", "dog") == 1.0
     assert exact_match("two dogs", "dog") == 0.0
+
+
+def test_novel_f1_gives_no_credit_for_restating_the_question() -> None:
+    q = "What did the agent do between step 45 and step 47?"
+    gold = "Between step 45 and step 47 the agent opened drawer 2 and took the key."
+    echo = "Between step 45 and step 47 the agent did something."
+    assert novel_f1(echo, gold, q) == 0.0                 # plain F1 would give it credit
+    assert novel_f1("Opened drawer 2, took the key.", gold, q) == pytest.approx(1.0)
+    assert 0.0 < novel_f1("opened drawer 3", gold, q) < 1.0  # type: ignore[operator]
+
+
+def test_novel_f1_is_none_when_the_question_holds_the_whole_answer() -> None:
+    assert novel_f1("yes", "step 45", "Was it step 45?") is None

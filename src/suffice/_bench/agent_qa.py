@@ -13,9 +13,11 @@ the same budget:
 - ``prefix-fill``: the fused prefix's hits taken in rank order while they fit (the engine's
   ``context="prefix"``), read the same way.
 
-AMA-Bench answers are scored by token F1 (always) and, where a judge model is given, by the
-judge against the reference (0 / 0.5 / 1). BEAM answers are scored by the judge against each
-of the question's rubric items (0 / 0.5 / 1 per item, averaged), as BEAM grades them.
+AMA-Bench answers are scored by token F1 (always), by token F1 over the words the question
+does not hold (:func:`~suffice._bench.metrics.novel_f1`: no credit for restating the question)
+and, where a judge model is given, by the judge against the reference (0 / 0.5 / 1). BEAM
+answers are scored by the judge against each of the question's rubric items (0 / 0.5 / 1 per
+item, averaged), as BEAM grades them.
 
 One JSONL line per (variant, question), written as soon as it is made: a rerun skips what is
 there (while the reader, judge and budget are the same) and judges records that lack a
@@ -42,7 +44,7 @@ from .._llm.parse import ask_parsed, extract_answer
 from .._prompts import JUDGE_FORMAT, PROMPTS_VERSION, answer_messages, style_for_evidence
 from .._tokens import count_tokens, encode, encoding
 from .judge import judge, parse_verdict
-from .metrics import token_f1
+from .metrics import novel_f1, token_f1
 from .qa import open_append, receipt_summary
 from .report import markdown_table, paired_bootstrap, read_results
 
@@ -374,10 +376,12 @@ def run(mem: Memory, llm: LLM, questions: Sequence[AgentQuestion], out: Path, *,
 def _stats(recs: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(recs)
     judged = [r["judge"] for r in recs if r.get("judge") is not None]
+    novel = [r["novel_f1"] for r in recs if r.get("novel_f1") is not None]
     autos = [r for r in recs if r["variant"] == "auto"]
     return {
         "n": n, "f1": 100 * sum(r["f1"] for r in recs) / n,
         "judge": 100 * sum(judged) / len(judged) if judged else None, "judged": len(judged),
+        "novel_f1": 100 * sum(novel) / len(novel) if novel else None, "novel_scored": len(novel),
         "early_rate": (100 * sum(bool(r["receipt"].get("early")) for r in autos) / len(autos)
                        if autos else None),
         "t_mem_ms": sum(r["receipt"]["t_mem_ms"] for r in recs) / n,
@@ -402,6 +406,8 @@ def summarize(path: Path, keys: set[str] | None = None, *, complete: bool = True
         if (keys is None or r["key"] in keys) and fingerprint in (None, r.get("fingerprint")):
             newest[(r["variant"], r["key"])] = r
     recs = list(newest.values())
+    for r in recs:  # scored here, not when answered, so older records get it too
+        r["novel_f1"] = novel_f1(r["answer"], r["gold"], r["question"])
     variants = [v for v in VARIANTS if any(r["variant"] == v for r in recs)]
     if complete:
         done: dict[str, set[str]] = {}
@@ -426,7 +432,7 @@ def summarize(path: Path, keys: set[str] | None = None, *, complete: bool = True
     for a, b in pairs:
         if a not in variants or b not in variants:
             continue
-        for metric in ("f1", "judge"):
+        for metric in ("f1", "novel_f1", "judge"):
             ks = [k for k in keys_done if by[(a, k)].get(metric) is not None
                   and by[(b, k)].get(metric) is not None]
             if not ks:
@@ -444,9 +450,10 @@ def _cell(x: float | None) -> str:
 
 def format_summary(s: dict[str, Any], *, group_label: str = "type") -> str:
     """The tables of :func:`summarize`, in Markdown."""
-    header = ["variant", "n", "F1", "judge", "early %", "T_mem ms", "T_e2e ms", "in tok", "out tok"]
-    rows = [[v, r["n"], r["f1"], _cell(r["judge"]), _cell(r["early_rate"]), round(r["t_mem_ms"]),
-             round(r["t_e2e_ms"]), round(r["input_tokens"]), round(r["output_tokens"])]
+    header = ["variant", "n", "F1", "F1 beyond the question", "judge", "early %", "T_mem ms", "T_e2e ms",
+              "in tok", "out tok"]
+    rows = [[v, r["n"], r["f1"], _cell(r["novel_f1"]), _cell(r["judge"]), _cell(r["early_rate"]),
+             round(r["t_mem_ms"]), round(r["t_e2e_ms"]), round(r["input_tokens"]), round(r["output_tokens"])]
             for v, r in s["overall"].items()]
     text = markdown_table(header, rows)
     for name, label in (("by_group", group_label), ("by_domain", "domain")):

@@ -63,6 +63,27 @@ def token_f1(prediction: object, gold: object) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def novel_f1(prediction: object, gold: object, question: object) -> float | None:
+    """Token F1 over the words the question does not already hold; None when the gold answer
+    holds none (nothing is left to score).
+
+    Agent questions are long and carry much of their own answer ("what did the agent do
+    between step 45 and step 47 while ..."), so a reader that restates the question earns
+    plain F1 whatever its memory held. Dropping the question's words from both sides leaves
+    what the answer had to bring from memory: steps, values, objects.
+    """
+    asked = set(answer_tokens(question))
+    ref = [t for t in answer_tokens(gold) if t not in asked]
+    if not ref:
+        return None
+    pred = [t for t in answer_tokens(prediction) if t not in asked]
+    same = sum((Counter(pred) & Counter(ref)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
 def multi_answer_f1(prediction: object, gold: object) -> float:
     """Mean over comma-separated gold parts of the best F1 against any predicted part."""
     preds = [p.strip() for p in str(prediction).split(",")]
@@ -102,6 +123,7 @@ __all__ = [
     "answer_tokens",
     "exact_match",
     "multi_answer_f1",
+    "novel_f1",
     "normalize_answer",
     "says_not_in_memory",
     "score_locomo",
