@@ -35,6 +35,19 @@ def test_rule_record_says_when_who_and_what_within_its_token_limit() -> None:
     assert rule_record(items, max_tokens=40) == rec  # a fixed rule: same items, same line
 
 
+def test_an_agent_run_is_shown_by_step_not_by_position_in_the_log() -> None:
+    def step(seq: int, n: int, text: str, speaker: str = "agent") -> Item:
+        return Item(f"i{seq}", "s", seq, "run", speaker, "assistant", "action", "", text, {"step": n},
+                    count_tokens(text))
+
+    items = [step(84, 44, "close drawer 13"), step(85, 45, "go to drawer 14"),
+             step(86, 45, "You arrive at drawer 14.", "environment")]
+    assert rule_record(items, max_tokens=40).startswith("[steps 44-45] agent, environment: ")
+    assert rule_record(items[1:], max_tokens=40).startswith("[step 45] ")
+    assert items[1].render() == "[step 45] agent: go to drawer 14"  # what every context shows
+    assert _item(0, "Hi").render() == "[2025-03-02] Dana: Hi"     # items without steps: unchanged
+
+
 def test_rule_record_is_cut_at_a_word_with_an_ellipsis() -> None:
     long = " ".join(f"word{i} alpha beta gamma." for i in range(60))
     rec = rule_record([_item(0, long)], max_tokens=20)

@@ -61,6 +61,10 @@ def header_line(text: str) -> str:
 def _when(items: Sequence[Item]) -> str:
     times = [it.observed_at for it in items if it.observed_at]
     if not times:
+        steps = [s for it in items if isinstance(s := it.meta.get("step"), int) and not isinstance(s, bool)]
+        if steps:  # an agent's run: its questions name steps, not positions in the log
+            lo, hi = min(steps), max(steps)
+            return f"[step {lo}]" if lo == hi else f"[steps {lo}-{hi}]"
         return f"[#{items[0].seq}-{items[-1].seq}]"
     if times[0] == times[-1]:
         return f"[{times[0]}]"

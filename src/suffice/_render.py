@@ -56,8 +56,11 @@ MAX_MISSES = 32
 """Pieces of one many-piece item tried in a row without one fitting before moving on."""
 MAX_BUDGET = 10_000_000
 """Largest budget a render takes, in tokens."""
-STEP_LINE_TOKENS = 8
-"""Tokens a step-addressed item's line adds to its text (head, newline), for the room kept."""
+STEP_LINE_TOKENS = 12
+"""Tokens a step-addressed item's line adds to its text (its `[step N] speaker:` head, newline), for
+the room kept."""
+UNIT_HEAD_TOKENS = 16
+"""Room for the header line over each unit that shows a named step's items (``# [steps 4-9] ...``)."""
 STEP_HITS = 100
 """With step references, up to this many of the ranking's next hits (then BM25's and dense's
 deeper items) follow them whole, before unit recovery, and the timeline leaves them room too: a
@@ -108,7 +111,7 @@ class _Lines:
         if item.observed_at and self.header_time:
             u = self.unit_of[item.seq]
             if u < len(self.header_time) and self.header_time[u] == item.observed_at:
-                return f"{item.speaker}:" if item.speaker else ""
+                return item.who()
         return item.header()
 
     def all_pieces(self, seq: int) -> list[tuple[int, int, int]]:
@@ -381,8 +384,10 @@ class Renderer:
                 # to them (their items by the store's step filter; the ranking comes after).
                 upto = replace(flt or Filter(), before_seq=n_items)
                 named_items = self.retriever.named_step_items(scope, query, upto)
-                need = sum(idx.views.tokens[q] + STEP_LINE_TOKENS for q in named_items
-                           if allowed is None or q in allowed)
+                named_items = [q for q in named_items if allowed is None or q in allowed]
+                # Their lines as shown ([step N] head and all), not their text's count.
+                need = sum(count_tokens(it.render()) + 1 for it in self.store.items(scope, named_items))
+                need += UNIT_HEAD_TOKENS * len({idx.views.unit_of[q] for q in named_items})
                 window = max(0, min(window, cap - need))
             recent_items, recent = _recent_window(call, n_items, window, cap)
             if recent_items:

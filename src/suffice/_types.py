@@ -72,10 +72,17 @@ class Item:
     agent: str = ""
 
     def header(self) -> str:
-        """The ``[time] speaker:`` prefix used wherever an item is shown to a model."""
+        """The ``[time] [step N] speaker:`` prefix used wherever an item is shown to a model."""
         parts = []
         if self.observed_at:
             parts.append(f"[{self.observed_at}]")
+        return " ".join([*parts, self.who()]).strip()
+
+    def who(self) -> str:
+        """``[step N] speaker:`` without the time: an agent's questions name steps, so a reader
+        must see which step each line belongs to (``meta['step']``, set by the importers)."""
+        step = self.meta.get("step")
+        parts = [f"[step {step}]"] if isinstance(step, (int, str)) and not isinstance(step, bool) else []
         if self.speaker:
             parts.append(f"{self.speaker}:")
         return " ".join(parts)
