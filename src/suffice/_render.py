@@ -111,7 +111,7 @@ class _Lines:
         if item.observed_at and self.header_time:
             u = self.unit_of[item.seq]
             if u < len(self.header_time) and self.header_time[u] == item.observed_at:
-                return item.who()
+                return item.header(with_time=False)
         return item.header()
 
     def all_pieces(self, seq: int) -> list[tuple[int, int, int]]:

@@ -71,18 +71,17 @@ class Item:
     observed_ts: float | None = None
     agent: str = ""
 
-    def header(self) -> str:
-        """The ``[time] [step N] speaker:`` prefix used wherever an item is shown to a model."""
-        parts = []
-        if self.observed_at:
-            parts.append(f"[{self.observed_at}]")
-        return " ".join([*parts, self.who()]).strip()
+    def header(self, *, with_time: bool = True) -> str:
+        """The ``[time] [step N] speaker:`` prefix used wherever an item is shown to a model.
 
-    def who(self) -> str:
-        """``[step N] speaker:`` without the time: an agent's questions name steps, so a reader
-        must see which step each line belongs to (``meta['step']``, set by the importers)."""
+        An agent's questions name steps, so an item with ``meta['step']`` (the trajectory
+        importers set it) shows its step; ``with_time=False`` leaves the time out, for a line
+        under a header that already states it.
+        """
+        parts = [f"[{self.observed_at}]"] if self.observed_at and with_time else []
         step = self.meta.get("step")
-        parts = [f"[step {step}]"] if isinstance(step, (int, str)) and not isinstance(step, bool) else []
+        if isinstance(step, (int, str)) and not isinstance(step, bool):
+            parts.append(f"[step {step}]")
         if self.speaker:
             parts.append(f"{self.speaker}:")
         return " ".join(parts)
