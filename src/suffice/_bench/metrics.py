@@ -51,16 +51,19 @@ def answer_tokens(text: object) -> list[str]:
     return [stem(w) for w in normalize_answer(text).split()]
 
 
-def token_f1(prediction: object, gold: object) -> float:
+def _f1(pred: list[str], ref: list[str]) -> float:
     """Harmonic mean of token precision and recall (multiset overlap); 0 when nothing overlaps."""
-    pred = answer_tokens(prediction)
-    ref = answer_tokens(gold)
     same = sum((Counter(pred) & Counter(ref)).values())
     if same == 0:
         return 0.0
     precision = same / len(pred)
     recall = same / len(ref)
     return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(prediction: object, gold: object) -> float:
+    """Harmonic mean of token precision and recall (multiset overlap); 0 when nothing overlaps."""
+    return _f1(answer_tokens(prediction), answer_tokens(gold))
 
 
 def novel_f1(prediction: object, gold: object, question: object) -> float | None:
@@ -76,12 +79,7 @@ def novel_f1(prediction: object, gold: object, question: object) -> float | None
     ref = [t for t in answer_tokens(gold) if t not in asked]
     if not ref:
         return None
-    pred = [t for t in answer_tokens(prediction) if t not in asked]
-    same = sum((Counter(pred) & Counter(ref)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
+    return _f1([t for t in answer_tokens(prediction) if t not in asked], ref)
 
 
 def multi_answer_f1(prediction: object, gold: object) -> float:
