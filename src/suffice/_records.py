@@ -30,7 +30,7 @@ from ._retrieve import Retriever, ScopeIndex
 from ._store.base import Store
 from ._text import STOPWORDS, sentence_spans, words
 from ._tokens import count_tokens, encode, encoding
-from ._types import Item, Unit
+from ._types import Item, Unit, step_of
 
 RecordWriter = Callable[[Sequence[Item]], str]
 """Writes the gist of one closed unit from its items (e.g. one LLM call); may raise."""
@@ -61,7 +61,7 @@ def header_line(text: str) -> str:
 def _when(items: Sequence[Item]) -> str:
     times = [it.observed_at for it in items if it.observed_at]
     if not times:
-        steps = [s for it in items if isinstance(s := it.meta.get("step"), int) and not isinstance(s, bool)]
+        steps = [s for it in items if (s := step_of(it)) is not None]
         if steps:  # an agent's run: its questions name steps, not positions in the log
             lo, hi = min(steps), max(steps)
             return f"[step {lo}]" if lo == hi else f"[steps {lo}-{hi}]"

@@ -79,8 +79,8 @@ class Item:
         under a header that already states it.
         """
         parts = [f"[{self.observed_at}]"] if self.observed_at and with_time else []
-        step = self.meta.get("step")
-        if isinstance(step, (int, str)) and not isinstance(step, bool):
+        step = step_of(self)
+        if step is not None:
             parts.append(f"[step {step}]")
         if self.speaker:
             parts.append(f"{self.speaker}:")
@@ -90,6 +90,13 @@ class Item:
         """The item as one evidence line: time, speaker and verbatim text."""
         head = self.header()
         return f"{head} {self.text}" if head else self.text
+
+
+def step_of(item: Item) -> int | None:
+    """The agent step an item belongs to (``meta['step']``, an int as the importers and the
+    store's step filter use it), else None."""
+    step = item.meta.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 @dataclass(frozen=True, slots=True)
