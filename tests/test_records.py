@@ -164,3 +164,33 @@ def test_a_store_refuses_other_unit_sizes_and_rebuilds_its_records_on_request(  
     assert (first.first_seq, first.last_seq) == (0, 11)
     assert big.store.records("x")[0][:3] == (0, 0, 11)  # the record was rewritten for the big unit
     assert big.store.load_config()["unit_tokens"] == 2000
+
+
+def test_a_rebuild_of_records_rewrites_lines_an_older_version_stored(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    """Records are written once; after an upgrade changes their format, an explicit rebuild
+    gives every closed unit the current line, and nothing else about the store changes."""
+    from typer.testing import CliRunner
+
+    from suffice._cli import app
+    path = tmp_path / "m.db"
+    with Memory(path, store_config=SMALL_UNITS, embedder=embedder) as mem:
+        mem.add(history_items(), scope="dana")
+        current = mem.store.records("dana")
+        unit, first, last, _text, writer = current[0]
+        mem.store.drop_records("dana")  # stand-in for a line an older version wrote
+        assert mem.store.put_record("dana", unit, first, last, "[#0-9] an old header", writer, [])
+        items = mem.store.stats("dana").items
+    with Memory(path, embedder=embedder) as mem:
+        assert mem.store.records("dana")[0][3] == "[#0-9] an old header"  # kept: written once
+        counts = mem.rebuild(records=True)
+        assert counts["records"] == len(current) and counts["vectors"] == 0
+        assert mem.store.records("dana") == current
+        assert mem.store.stats("dana").items == items
+    with Memory(path, embedder=embedder) as mem:
+        mem.store.drop_records("dana")
+        assert mem.store.put_record("dana", unit, first, last, "[#0-9] an old header", writer, [])
+    out = CliRunner().invoke(app, ["--db", str(path), "rebuild", "--records"])
+    assert out.exit_code == 0, out.output
+    assert f"{len(current)} records written again" in out.output
+    with Memory(path, embedder=embedder) as mem:
+        assert mem.store.records("dana") == current

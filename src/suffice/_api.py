@@ -492,10 +492,15 @@ class Memory:
             self._records.write_new(ident.scope)  # records of the units that remain
         return report
 
-    def rebuild(self, store_config: StoreConfig | None = None) -> dict[str, int]:
+    def rebuild(self, store_config: StoreConfig | None = None, *, records: bool = False) -> dict[str, int]:
         """Re-derive the views of every scope under ``store_config`` (default: the current one)
         without re-ingesting: pieces and full-text entries, records and links, and vectors when
-        the encoder changed. Returns how many items each part was rebuilt for."""
+        the encoder changed. Returns how many items each part was rebuilt for.
+
+        Records are written once, when a unit closes, so a store keeps the timeline lines of the
+        version that wrote them. ``records=True`` writes every closed unit's record and links
+        again (a newer record format, or a record writer set since); with an LLM writer set,
+        that is one model call per unit."""
         self._need_all("rebuild")
         new = (store_config or self.store_config)
         if self.embedder is not None:
@@ -515,7 +520,7 @@ class Memory:
                     counts["pieces"] += len(rows)
         if "encoder" in diff and self.embedder is not None:
             self._store.drop_embeddings()
-        if {"unit_tokens", "links_per_unit", "record_tokens", "encoder"} & diff.keys():
+        if records or {"unit_tokens", "links_per_unit", "record_tokens", "encoder"} & diff.keys():
             for scope in scopes:
                 self._store.drop_records(scope)
         self._store.save_config(new.model_dump())
@@ -866,8 +871,9 @@ class AsyncMemory:
                      session: str | None = None, **kwargs: Any) -> ForgetReport:
         return await self._run(self._memory.forget, scope, ids, session, **kwargs)
 
-    async def rebuild(self, store_config: StoreConfig | None = None) -> dict[str, int]:
-        return await self._run(self._memory.rebuild, store_config)
+    async def rebuild(self, store_config: StoreConfig | None = None, *,
+                      records: bool = False) -> dict[str, int]:
+        return await self._run(self._memory.rebuild, store_config, records=records)
 
     async def scopes(self) -> list[str]:
         return await self._run(self._memory.scopes)

@@ -455,6 +455,9 @@ def forget(
 def rebuild(
     sets: Annotated[list[str] | None, typer.Option("--set", help=(
         "Store setting KEY=VALUE (repeatable)."))] = None,
+    records: Annotated[bool, typer.Option("--records", help=(
+        "Also write every record (timeline line) again, e.g. after an upgrade changed their "
+        "format: records are written once, when a unit closes."))] = False,
     db: DbOpt = None,
 ) -> None:
     """Re-derive the store's views (pieces, records, vectors) under new store settings; no re-ingest."""
@@ -468,10 +471,12 @@ def rebuild(
         probe.close()
         with Memory(path, create=False, store_config=config, rebuild=True,
                     embedder=configured_embedder()) as mem:
+            n_records = mem.rebuild(records=True)["records"] if records else None
             done = ", ".join(f"{k}={v}" for k, v in changes.items()) or "its own settings"
             s = mem.stats()
             say(f"rebuilt the views of {mem.path} with {done}; {s.embedded} of {s.items} items "
-                f"have vectors of {mem.store_config.encoder or 'no encoder'}")
+                f"have vectors of {mem.store_config.encoder or 'no encoder'}"
+                + ("" if n_records is None else f"; {n_records} records written again"))
 
 
 @app.command()
