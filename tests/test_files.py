@@ -1,4 +1,5 @@
-"""write_atomic: a reader sees the old file or the new one, and a failed write leaves no trace."""
+"""write_atomic and atomic_file: a reader sees the old file or the new one, and a failed write
+leaves no trace."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suffice._files import write_atomic
+from suffice._files import atomic_file, write_atomic
 
 
 def test_text_and_bytes_land_whole_and_replace_the_old_file(tmp_path: Path) -> None:
@@ -48,3 +49,20 @@ def test_a_plain_file_follows_the_umask(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o644
+
+
+def test_a_streamed_write_is_published_only_when_its_block_ends_without_error(tmp_path: Path) -> None:
+    p = tmp_path / "export.jsonl"
+    p.write_text("backup\n")
+    with pytest.raises(ValueError, match="check failed"), atomic_file(p) as fh:
+        fh.write(b"half of a new export")
+        fh.flush()
+        assert Path(fh.name).read_bytes() == b"half of a new export"  # readable back by name
+        assert p.read_text() == "backup\n"  # nobody sees it yet
+        raise ValueError("check failed")
+    assert p.read_text() == "backup\n"
+    assert [f.name for f in tmp_path.iterdir()] == ["export.jsonl"]
+    with atomic_file(p, tag="g7") as fh:
+        assert ".g7." in Path(fh.name).name and Path(fh.name).name.endswith(".tmp")
+        fh.write(b"new\n")
+    assert p.read_text() == "new\n"

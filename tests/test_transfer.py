@@ -297,7 +297,7 @@ def test_export_to_a_file_is_read_back_and_never_replaces_a_backup_on_failure(
     monkeypatch.setattr(source, "piece_bodies", lambda scope, seqs: {})  # a store that breaks midway
     with pytest.raises(Exception, match="pieces and their indexed bodies"):
         export_jsonl(source, out)
-    assert out.read_bytes() == good and not list(tmp_path.glob("*.partial"))
+    assert out.read_bytes() == good and not list(tmp_path.glob("*.tmp"))  # nothing half-written left
 
 
 # -- the commands ------------------------------------------------------------------------------------

@@ -25,12 +25,13 @@ import importlib
 import json
 import logging
 import math
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ._files import atomic_file
 
 log = logging.getLogger("suffice")
 
@@ -202,31 +203,26 @@ def save(index: DenseIndex, path: Path, header: dict[str, Any], matrix: np.ndarr
     """Write the index and its row bookkeeping, then its header (with the digest of the rows
     it covers); each file is replaced atomically, and a header only ever follows its index."""
     faiss = _faiss()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path, header.get("generation"))
-    rows_path = path.with_suffix(".rows.npz")
-    tmp_rows = _tmp(rows_path, header.get("generation"))
-    with index.lock:
-        faiss.write_index(index._index, str(tmp))
-        state = index.state()
-        count = index.count
-    with open(tmp_rows, "wb") as fh:
-        np.savez(fh, node_rows=state["node_rows"], copy_nodes=state["copy_nodes"],
+    tag = _tag(header.get("generation"))
+    rows_path, meta = path.with_suffix(".rows.npz"), path.with_suffix(".json")
+    # Renamed into place in this order: the index, its rows, and last the header naming both.
+    with atomic_file(rows_path, tag=tag) as rows_fh, atomic_file(path, tag=tag) as index_fh:
+        with index.lock:
+            faiss.write_index(index._index, index_fh.name)  # faiss writes by name; fsync'd on exit
+            state = index.state()
+            count = index.count
+        np.savez(rows_fh, node_rows=state["node_rows"], copy_nodes=state["copy_nodes"],
                  copy_rows=state["copy_rows"], count=state["count"])
-    os.replace(tmp, path)
-    os.replace(tmp_rows, rows_path)
-    meta = path.with_suffix(".json")
-    tmp_meta = _tmp(meta, header.get("generation"))
-    tmp_meta.write_text(json.dumps({**header, "format": FORMAT, "count": count,
-                                    "digest": digest(matrix, count)}), encoding="utf-8")
-    os.replace(tmp_meta, meta)
+    with atomic_file(meta, tag=tag) as fh:
+        fh.write(json.dumps({**header, "format": FORMAT, "count": count,
+                             "digest": digest(matrix, count)}).encode("utf-8"))
     index.saved = count
 
 
-def _tmp(path: Path, generation: object) -> Path:
-    """Where ``path`` is written before it replaces the old file; named by generation so a
+def _tag(generation: object) -> str:
+    """What a temporary file's name says of the generation it was written for, so a
     half-written file of an older generation is recognised and deleted like a whole one."""
-    return path.with_name(f"{path.name}.g{generation}.tmp")
+    return f"g{generation}"
 
 
 def remove(path: Path) -> None:
@@ -247,7 +243,7 @@ def remove_stale(folder: Path, generation: int) -> None:
         if not current:
             remove(path)
     for tmp in folder.glob("*.tmp"):  # half-written by a process of another generation
-        if not tmp.name.endswith(f".g{generation}.tmp"):
+        if f".{_tag(generation)}." not in tmp.name:
             tmp.unlink(missing_ok=True)
 
 

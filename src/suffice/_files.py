@@ -4,30 +4,49 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["write_atomic"]
+__all__ = ["atomic_file", "temp_name", "write_atomic"]
 
 
-def write_atomic(path: str | Path, data: str | bytes, *, mode: int = 0o666) -> None:
-    """Write ``data`` (text as UTF-8) to a temporary file beside ``path``, flush it to disk,
-    then rename it over ``path``: a rename within one folder is atomic, a write is not.
+def temp_name(path: Path, tag: str = "") -> Path:
+    """A fresh temporary name beside ``path``: hidden, unique to this writer (so two writers never
+    share one), ending in ``.tmp``. ``tag`` goes into the name for a cleaner that must tell its
+    own writers' files from stale ones."""
+    middle = f".{tag}" if tag else ""
+    return path.with_name(f".{path.name}{middle}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
 
-    The temporary name is unique, so two writers never share one, and it is removed when the
-    write fails. ``mode`` is the new file's permission bits before the umask (``0o600`` for a
-    secret); the file never exists with wider ones.
+
+@contextmanager
+def atomic_file(path: str | Path, *, mode: int = 0o666, tag: str = "") -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s new content into; when the block ends without an
+    error, the file is flushed to disk and renamed over ``path`` (a rename within one folder is
+    atomic, a write is not). When the block raises (a failed check of what was written
+    included), the temporary file is removed and ``path`` is left as it was.
+
+    The handle's ``name`` is the temporary path, for a check that reads the file back before
+    it is published. ``mode`` is the new file's permission bits before the umask (``0o600``
+    for a secret); the file never exists with wider ones.
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    tmp = temp_name(p, tag)
+    fh = open(tmp, "xb", opener=lambda name, flags: os.open(name, flags, mode))  # noqa: SIM115
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
+        with fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_atomic(path: str | Path, data: str | bytes, *, mode: int = 0o666) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through :func:`atomic_file`."""
+    with atomic_file(path, mode=mode) as fh:
+        fh.write(data.encode("utf-8") if isinstance(data, str) else data)

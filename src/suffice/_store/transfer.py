@@ -57,6 +57,7 @@ from .._errors import (
     StoreError,
     UnknownScopeError,
 )
+from .._files import atomic_file
 from .._types import AuditEntry, Item, NewItem
 from .base import ItemRow, Store, validate_item, validate_scope
 
@@ -807,22 +808,16 @@ def export_jsonl(store: Store, out: str | os.PathLike[str] | IO[bytes], *,
         return TransferReport(store.path, str(getattr(out, "name", "<stream>")), tuple(summaries),
                               tuple(summaries), len(audit), len(audit), True, tuple(issues), checked=False)
     path = Path(out)
-    tmp = path.with_name(path.name + ".partial")
-    try:
+    with ExitStack() as stack:  # a failure below removes the temporary file; the old one stays
         try:
-            f = tmp.open("wb")
+            f = stack.enter_context(atomic_file(path))
         except OSError as exc:
             raise InvalidInputError(f"cannot write {path}: {exc.strerror or exc}") from None
-        with f:
-            summaries = _write_export(store, f, chosen, audit, progress, batch)
-            f.flush()
-            os.fsync(f.fileno())
+        summaries = _write_export(store, f, chosen, audit, progress, batch)
+        f.flush()
         if store.generation() != generation:
             raise StoreError("a forget or rebuild changed the store while it was exported; export again")
-        scan = check_jsonl(tmp, progress=progress)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        scan = check_jsonl(Path(f.name), progress=progress)  # read back before it replaces a backup
     config = store.load_config()
     return TransferReport(store.path, str(path), tuple(summaries), tuple(scan.summaries), len(audit),
                           len(scan.audit) if scan.audit == audit else 0, scan.header.get("config") == config)
