@@ -182,7 +182,10 @@ def test_a_rebuild_of_records_rewrites_lines_an_older_version_stored(tmp_path: P
         items = mem.store.stats("dana").items
     with Memory(path, embedder=embedder) as mem:
         assert mem.store.records("dana")[0][3] == "[#0-9] an old header"  # kept: written once
+        assert mem.check() == ["scope 'dana': 1 of 1 records are lines an older version "
+                               "wrote (write them again: suffice rebuild --records)"]
         counts = mem.rebuild(records=True)
+        assert mem.check() == []
         assert counts["records"] == len(current) and counts["vectors"] == 0
         assert mem.store.records("dana") == current
         assert mem.store.stats("dana").items == items
