@@ -50,7 +50,8 @@ def test_answer_messages_shape(style: p.Style) -> None:
     assert [m["role"] for m in msgs] == ["system", "user"]
     assert "Who has the cat?" in msgs[1]["content"]
     assert "Tom: I took Miso home." in msgs[1]["content"]
-    assert msgs[1]["content"].endswith("Answer:" if style == "trajectory" else "Short answer:")
+    ask = {"trajectory": "Answer:", "request": "Reply:"}.get(style, "Short answer:")
+    assert msgs[1]["content"].endswith(ask)
 
 
 def test_conversation_style_says_how_to_abstain() -> None:
@@ -68,6 +69,27 @@ def test_evidence_of_an_agents_run_is_read_as_a_trajectory_not_a_chat() -> None:
     system = p.answer_messages("q", "ctx", "trajectory")[0]["content"]
     # An agent's run holds the answer to a question asked about it: no fixed refusal phrase.
     assert p.NOT_MENTIONED not in system and "step" in system
+
+
+@pytest.mark.parametrize("message", [
+    "Can you help me set up a caching system for my app's API responses?",
+    "How can I track the status and results of each step in my deployment workflow?",
+    "I'm planning to add user login and some basic analytics to my Flask app. Any advice?",
+    "What steps would you suggest I take to improve security?",
+    "Summarize how my budget tracker project evolved.",
+])
+def test_a_request_for_help_gets_a_reply_not_a_short_phrase(message: str) -> None:
+    assert p.choose_style(message) == "request"
+    system = p.answer_messages(message, "ctx", "request")[0]["content"]
+    assert "short phrase" not in system and "opposite" in system  # contradictions are named
+
+
+@pytest.mark.parametrize("question", [
+    "What did Caroline paint?", "Would Melanie go on another roadtrip soon?", "How long has Ana lived here?",
+    "Have I integrated Flask-Login for session management?", "Did you see my cat?",
+])
+def test_a_question_about_a_fact_is_not_a_request(question: str) -> None:
+    assert p.choose_style(question) == "conversation"
 
 
 def test_documents_style_asks_for_multi_hop() -> None:

@@ -16,11 +16,11 @@ from typing import Literal
 
 from ._types import Message
 
-PROMPTS_VERSION = "3"
+PROMPTS_VERSION = "4"
 """Bump when the wording of any prompt changes, so results can say which prompts they used."""
 
-Style = Literal["conversation", "documents", "dated", "trajectory"]
-STYLES: tuple[Style, ...] = ("conversation", "documents", "dated", "trajectory")
+Style = Literal["conversation", "documents", "dated", "trajectory", "request"]
+STYLES: tuple[Style, ...] = ("conversation", "documents", "dated", "trajectory", "request")
 
 AGENT_KINDS = frozenset({"action", "observation", "thought", "tool_call", "tool_result"})
 """Item kinds of an agent's own run (not of a dialogue): evidence mostly of these kinds is read
@@ -54,6 +54,22 @@ _DATE_PATTERNS = [
 ]
 
 
+_REQUEST = re.compile(
+    r"^\s*(?:(?:can|could|would|will) you\b|please\b|help me\b|"
+    r"i(?:'m| am) (?:planning|looking|trying|thinking|working|wondering)\b|i(?:'d| would) like\b|"
+    r"i (?:want|need)\b|how (?:can|should|do|could|would) i\b|"
+    r"what (?:steps|approach|would you|do you|should i)\b|"
+    r"(?:suggest|recommend|give|show|explain|write|list|describe|summari[sz]e|outline)\b)", re.I)
+
+
+def is_request(question: str) -> bool:
+    """True when the message asks the assistant to do something (help, advise, plan, list,
+    summarise) rather than to recall a fact: "Can you help me set up caching?", "How should I
+    track my deployments?". A short-phrase reply ("Yes") fails such a message. None of LoCoMo's
+    1,586 questions reads as one."""
+    return bool(_REQUEST.search(question))
+
+
 def find_date(question: str) -> str | None:
     """The first explicit calendar date written in ``question``, as written, or None.
 
@@ -69,7 +85,8 @@ def find_date(question: str) -> str | None:
 def choose_style(question: str, dataset_hint: str | None = None) -> Style:
     """Pick the answer style: 'dated' for a question pinned to a date, else by the dataset.
 
-    Without a hint the default is 'conversation', the common case for an agent's memory.
+    Without a hint the default is 'conversation', the common case for an agent's memory, or
+    'request' for a message that asks for help rather than a fact (:func:`is_request`).
     """
     if find_date(question):
         return "dated"
@@ -80,7 +97,7 @@ def choose_style(question: str, dataset_hint: str | None = None) -> Style:
                 return style
         if any(name in hint for name in _DOCUMENT_DATASETS):
             return "documents"
-    return "conversation"
+    return "request" if is_request(question) else "conversation"
 
 
 def style_for_evidence(question: str, kinds: Sequence[str], dataset_hint: str | None = None) -> Style:
@@ -111,6 +128,14 @@ _TRAJECTORY_SYSTEM = (
     "the steps, values, files or actions the question is about, in the words of the history. "
     "The excerpts are chosen for this question: when they do not state the answer outright, "
     "give the answer they best support rather than saying it is missing."
+)
+
+_REQUEST_SYSTEM = (
+    "You are an assistant with a memory of the user's earlier conversations, given as excerpts. "
+    "The user now asks you to do something: help, advise, plan, list or sum up. Do it in a few "
+    "sentences or a short list. Ground what you say about the user in the memory: keep to the "
+    "preferences, constraints, tools and decisions it records, and when two excerpts say "
+    "opposite things, point that out instead of picking one."
 )
 
 _DOCUMENTS_SYSTEM = (
@@ -162,6 +187,10 @@ def answer_messages(
         system = _TRAJECTORY_SYSTEM
         label = "Agent history"
         q_line = f"Question: {question}"
+    elif style == "request":
+        system = _REQUEST_SYSTEM
+        label = "Memory"
+        q_line = f"Request: {question}"
     elif style == "dated":
         as_of = as_of or find_date(question)
         system = _dated_system(as_of)
@@ -169,7 +198,7 @@ def answer_messages(
         q_line = f"Question (as of {as_of}): {question}" if as_of else f"Question: {question}"
     else:
         raise ValueError(f"unknown answer style {style!r}; expected one of {', '.join(STYLES)}")
-    ask = "Answer:" if style == "trajectory" else "Short answer:"
+    ask = {"trajectory": "Answer:", "request": "Reply:"}.get(style, "Short answer:")
     user = f"{label}:\n{context.strip()}\n\n{q_line}\n{ask}"
     return [_msg("system", system), _msg("user", user)]
 
@@ -394,6 +423,7 @@ __all__ = [
     "deep_context",
     "choose_style",
     "find_date",
+    "is_request",
     "judge_messages",
     "no_memory_messages",
     "rationale_messages",
