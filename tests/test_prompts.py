@@ -77,6 +77,7 @@ def test_evidence_of_an_agents_run_is_read_as_a_trajectory_not_a_chat() -> None:
     "I'm planning to add user login and some basic analytics to my Flask app. Any advice?",
     "What steps would you suggest I take to improve security?",
     "Summarize how my budget tracker project evolved.",
+    "Could you show me how to implement a login feature?",
 ])
 def test_a_request_for_help_gets_a_reply_not_a_short_phrase(message: str) -> None:
     assert p.choose_style(message) == "request"
@@ -87,6 +88,9 @@ def test_a_request_for_help_gets_a_reply_not_a_short_phrase(message: str) -> Non
 @pytest.mark.parametrize("question", [
     "What did Caroline paint?", "Would Melanie go on another roadtrip soon?", "How long has Ana lived here?",
     "Have I integrated Flask-Login for session management?", "Did you see my cat?",
+    "Can you tell me when I moved to Lisbon?", "Could you remind me what my cat is called?",
+    "Please tell me where I parked.", "I want to know when the exam is.", "Can you recall my budget?",
+    "What do you know about my sister?", "I'm wondering when we last met.",
 ])
 def test_a_question_about_a_fact_is_not_a_request(question: str) -> None:
     assert p.choose_style(question) == "conversation"

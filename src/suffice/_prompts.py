@@ -16,7 +16,7 @@ from typing import Literal
 
 from ._types import Message
 
-PROMPTS_VERSION = "4"
+PROMPTS_VERSION = "5"
 """Bump when the wording of any prompt changes, so results can say which prompts they used."""
 
 Style = Literal["conversation", "documents", "dated", "trajectory", "request"]
@@ -54,12 +54,14 @@ _DATE_PATTERNS = [
 ]
 
 
+_RECALL = r"(?!\s+(?:tell|remind)\s+me\b|\s+(?:recall|remember)\b|\s+(?:know|say)\b)"
+"""After "can you", "please", "I want": the phrasings that still ask for a remembered fact."""
 _REQUEST = re.compile(
-    r"^\s*(?:(?:can|could|would|will) you\b|please\b|help me\b|"
-    r"i(?:'m| am) (?:planning|looking|trying|thinking|working|wondering)\b|i(?:'d| would) like\b|"
-    r"i (?:want|need)\b|how (?:can|should|do|could|would) i\b|"
-    r"what (?:steps|approach|would you|do you|should i)\b|"
-    r"(?:suggest|recommend|give|show|explain|write|list|describe|summari[sz]e|outline)\b)", re.I)
+    rf"^\s*(?:(?:can|could|would|will) you{_RECALL}\b|please{_RECALL}\b|help me\b|"
+    r"i(?:'m| am) (?:planning|looking|trying|thinking|working)\b|i(?:'d| would) like\b(?! to know)|"
+    r"i (?:want|need)\b(?! to know)|how (?:can|should|do|could|would) i\b|"
+    r"what (?:steps|approach|should i)\b|what (?:would|do) you (?:suggest|recommend|advise)\b|"
+    r"(?:suggest|recommend|give|explain|write|list|summari[sz]e|outline)\b)", re.I)
 
 
 def is_request(question: str) -> bool:
