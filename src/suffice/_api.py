@@ -45,7 +45,7 @@ from ._errors import (
 from ._llm.base import LLM
 from ._messages import is_message, message_items
 from ._pipeline import TIERS, ModuleCache, Tier, TieredAgent, TieredPipeline, TierSettings, TierSource
-from ._records import RecordIndex, RecordWriter, rule_record
+from ._records import RecordIndex, RecordWriter
 from ._render import Renderer
 from ._retrieve import Method, Retriever
 from ._route.sufficiency import SufficiencyRouter
@@ -768,27 +768,13 @@ class Memory:
                                     "not the unit's (rebuild the views: suffice rebuild)")
                     break
             else:
-                old = self._stale_records(scope, records)
+                old = self._records.stale(scope, records)
                 if old:
                     problems.append(f"scope {scope!r}: {old} of {len(records)} records are lines an older "
                                     "version wrote (write them again: suffice rebuild --records)")
             if self.embedder is not None and self._store.missing_embeddings(scope, self.embedder.name):
                 problems.append(f"scope {scope!r}: items without a vector after a read")
         return problems
-
-    def _stale_records(self, scope: str, records: Sequence[tuple[int, int, int, str, str]]) -> int:
-        """How many of the rule's records differ from what the rule writes for their items now."""
-        ruled = [r for r in records if r[4] == "rule"]
-        stale = 0
-        for g in range(0, len(ruled), 256):
-            group = ruled[g:g + 256]
-            items = self._store.items(scope, start=group[0][1], end=group[-1][2] + 1)
-            by_seq = {it.seq: it for it in items}
-            for _unit, first, last, text, _writer in group:
-                unit_items = [by_seq[q] for q in range(first, last + 1) if q in by_seq]
-                if unit_items and rule_record(unit_items, self.store_config.record_tokens) != text:
-                    stale += 1
-        return stale
 
     def import_locomo(self, source: str | Path | Sequence[LocomoConversation] | None = None,
                       progress: Progress | None = None) -> dict[str, int]:

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_file", "temp_name", "write_atomic"]
+__all__ = ["atomic_file", "write_atomic"]
 
 
-def temp_name(path: Path, tag: str = "") -> Path:
+def _temp_name(path: Path, tag: str = "") -> Path:
     """A fresh temporary name beside ``path``: hidden, unique to this writer (so two writers never
     share one), ending in ``.tmp``. ``tag`` goes into the name for a cleaner that must tell its
     own writers' files from stale ones."""
@@ -33,7 +33,7 @@ def atomic_file(path: str | Path, *, mode: int = 0o666, tag: str = "") -> Iterat
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_name(p, tag)
+    tmp = _temp_name(p, tag)
     fh = open(tmp, "xb", opener=lambda name, flags: os.open(name, flags, mode))  # noqa: SIM115
     try:
         with fh:

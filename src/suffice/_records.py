@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from cachetools import LRUCache
@@ -191,6 +191,31 @@ class ScopeRecords:
         self.texts[unit], self.tokens[unit], self.writers[unit] = text, tokens, writer
 
 
+RULE = "rule"
+"""The writer name stored with a record the fixed rule wrote."""
+
+_Span = TypeVar("_Span")
+
+
+def _span(unit: Unit) -> tuple[int, int]:
+    return unit.first_seq, unit.last_seq
+
+
+def _units_items(store: Store, scope: str, spans: Sequence[_Span],
+                 seqs: Callable[[_Span], tuple[int, int]]) -> Iterator[tuple[_Span, list[Item]]]:
+    """Each of ``spans`` (ordered by position) with the items it covers (first to last seq, both
+    included), read 256 at a time; spans whose items are all gone are skipped."""
+    for g in range(0, len(spans), 256):
+        group = spans[g:g + 256]
+        items = store.items(scope, start=seqs(group[0])[0], end=seqs(group[-1])[1] + 1)
+        by_seq = {it.seq: it for it in items}
+        for span in group:
+            first, last = seqs(span)
+            unit_items = [by_seq[q] for q in range(first, last + 1) if q in by_seq]
+            if unit_items:
+                yield span, unit_items
+
+
 def content_links(vecs: np.ndarray, unit: int, m: int) -> list[tuple[int, float]]:
     """Top-``m`` earlier units by cosine to ``unit`` (its temporal neighbour excluded)."""
     if m <= 0 or unit < 2 or vecs.shape[1] == 0:
@@ -302,29 +327,29 @@ class RecordIndex:
             pending = [u for u in units if u.index >= len(st.texts) or st.texts[u.index] is None]
         vecs = idx.unit_vectors(len(idx.views.units))
         written = 0
-        for g in range(0, len(pending), 256):
-            group = pending[g:g + 256]
-            items = self.store.items(scope, start=group[0].first_seq, end=group[-1].last_seq + 1)
-            by_seq = {it.seq: it for it in items}
-            for u in group:
-                unit_items = [by_seq[s] for s in range(u.first_seq, u.last_seq + 1) if s in by_seq]
-                if not unit_items:
-                    continue
-                text, who = "", "rule"
-                if self.writer is not None:
-                    text = _writer_record(self.writer, unit_items, self.config.record_tokens)
-                    who = str(getattr(self.writer, "name", "llm")) if text else "rule"
-                if not text:
-                    text = rule_record(unit_items, self.config.record_tokens)
-                links = [(dst, "content", w)
-                         for dst, w in content_links(vecs, u.index, self.config.links_per_unit)]
-                if self.store.put_record(scope, u.index, u.first_seq, u.last_seq, text, who, links):
-                    written += 1
-                    with st.lock:
-                        st.set_record(u.index, text, who, count_tokens(record_line(text)))
+        for u, unit_items in _units_items(self.store, scope, pending, _span):
+            text, who = "", RULE
+            if self.writer is not None:
+                text = _writer_record(self.writer, unit_items, self.config.record_tokens)
+                who = str(getattr(self.writer, "name", "llm")) if text else RULE
+            if not text:
+                text = rule_record(unit_items, self.config.record_tokens)
+            links = [(dst, "content", w)
+                     for dst, w in content_links(vecs, u.index, self.config.links_per_unit)]
+            if self.store.put_record(scope, u.index, u.first_seq, u.last_seq, text, who, links):
+                written += 1
+                with st.lock:
+                    st.set_record(u.index, text, who, count_tokens(record_line(text)))
         with st.lock:
             self._load(st, scope, idx.views.units)
         return written
+
+    def stale(self, scope: str, records: Sequence[tuple[int, int, int, str, str]]) -> int:
+        """How many of ``records`` (the store's rows) the fixed rule wrote differently from how it
+        writes them now: records are written once, so an older version's lines stay."""
+        ruled = [r for r in records if r[4] == RULE]
+        return sum(rule_record(unit_items, self.config.record_tokens) != r[3]
+                   for r, unit_items in _units_items(self.store, scope, ruled, lambda r: (r[1], r[2])))
 
     def summary(self, scope: str) -> dict[str, Any]:
         """Counts for receipts and tests: records, writers, content links."""
