@@ -15,6 +15,13 @@ progressive --out PATH`` then summarises it like a fresh run.
 
 ``--mode fast`` reruns the fast path instead, to measure its time on the same day as a deep
 rerun (the VM's speed drifts between days) and to check its answers still match.
+
+``--deep-model`` names the model that writes the deep answer (as ``bench progressive
+--deep-model``); ``--every N`` runs every Nth recorded question only (a same-day timing sample);
+``--cache`` keeps every model call, so a stopped run loses at most the call under way. With
+``--deep-model qwen2.5-1.5b --set deep_scale=1`` this records what auto answers an early stop
+with under ``EngineConfig(stop_reader="deep")``: the deep model over the fast budget, with
+dates (docs/benchmarks.md section 7).
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from pathlib import Path
 from suffice import EngineConfig, Memory, RenderConfig, make_llm
 from suffice._bench.metrics import score_locomo
 from suffice._bench.qa import load_done, open_append, receipt_summary
-from suffice._bench.report import envelope, paired_bootstrap, read_results, write_json, write_text_atomic
+from suffice._bench.report import envelope, paired_bootstrap, read_results, write_json
+from suffice._files import write_atomic
 from suffice._config import apply_overrides, parse_overrides
 
 
@@ -47,24 +55,42 @@ def main() -> None:
     ap.add_argument("--merge", type=Path, help="write progressive records with deep replaced")
     ap.add_argument("--mode", choices=("deep", "fast"), default="deep",
                     help="the path to rerun (fast: re-measure the fast path on the same day)")
+    ap.add_argument("--deep-model", help="model that writes the deep answer (default: the reader)")
+    ap.add_argument("--every", type=int, default=1, help="run every Nth recorded question only")
+    ap.add_argument("--cache", type=Path, help="keep model calls here (resumable to the call)")
     args = ap.parse_args()
     if args.merge and args.mode != "deep":
         ap.error("--merge replaces the deep results; it needs --mode deep")
 
     recs = {r["key"]: r for r in read_results(args.runs)}
+    if any("question" not in r for r in recs.values()):
+        # Compact records (docs/results) leave out the text the dataset holds: take it from there.
+        from suffice._bench.qa import select
+        from suffice._datasets.locomo import load_locomo
+        by_key = {it.key: it.q for it in select(load_locomo(None), None)}
+        for key, r in recs.items():
+            q = by_key[key]
+            r.setdefault("question", q.question)
+            r.setdefault("gold", q.answer)
+            r.setdefault("category", q.category)
     mem = Memory(args.store)
     engine, render = configs(args.sets, mem)
     llm = make_llm("local")
+    deep_llm = make_llm("local", model_path=args.deep_model) if args.deep_model else None
+    if args.cache is not None:
+        from suffice._llm.cache import CachedLLM
+        llm = CachedLLM(llm, args.cache)
+        deep_llm = CachedLLM(deep_llm, args.cache) if deep_llm is not None else None
     done = {k for _, k in load_done(args.out)}
     with open_append(args.out) as fh:
-        for key, rec in recs.items():
-            if key in done:
+        for i, (key, rec) in enumerate(recs.items()):
+            if key in done or i % args.every:
                 continue
             scope = key.split("#")[0]
             if mem.embedder is not None:  # embedded up front, as the progressive run does
                 mem.embedder.embed_query(rec["question"])
             ans = mem.ask(rec["question"], scope=scope, llm=llm, mode=args.mode, budget=args.budget,
-                          engine=engine, render=render)
+                          engine=engine, render=render, deep_llm=deep_llm)
             out = {"variant": "deep-variant", "key": key, "answer": ans.text,
                    "f1": score_locomo(ans.text, rec["gold"], rec["category"]),
                    "receipt": receipt_summary(ans.receipt)}
@@ -99,7 +125,7 @@ def main() -> None:
                 v = variant[key]
                 rec = {**rec, "deep": {"answer": v["answer"], "receipt": v["receipt"], "f1": v["f1"]}}
             merged.append(json.dumps(rec, ensure_ascii=False))
-        write_text_atomic(args.merge, "\n".join(merged) + "\n")
+        write_atomic(args.merge, "\n".join(merged) + "\n")
     if args.json:
         write_json(args.json, envelope("deep-variant", "locomo", str(args.runs),
                                        {"engine": engine.model_dump(), "render": render.model_dump()},

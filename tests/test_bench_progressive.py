@@ -87,6 +87,44 @@ def test_acceptance_reports_how_far_off_a_failing_router_is(tmp_path):
     assert acc["closest_in_f1"]["run"] == "auto[r] tau=0.95"
 
 
+def test_a_router_perfect_on_the_evidence_label_is_scored_against_the_target(tmp_path):
+    # The fast context holds all gold on a and b, yet deep's stronger reader still wins b:
+    # stopping exactly where the evidence is present loses b's points.
+    path = tmp_path / "p.jsonl"
+    recs = [_rec("a", 1.0, 1.0, 0.9), _rec("b", 0.0, 1.0, 0.9), _rec("c", 0.0, 1.0, 0.1)]
+    for r, has in zip(recs, (True, True, False), strict=True):
+        r["fast_has_all_gold"] = has
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    s = summarize(path, taus=(0.5,))
+    name = "oracle on the evidence label (stop where the fast context holds all gold)"
+    row = s["rows"][name]
+    assert row["early_rate"] == pytest.approx(200 / 3) and row["f1"] == pytest.approx(200 / 3)
+    assert s["acceptance"][name]["passed"] is False  # 33 F1 below deep: no router on this label passes
+    assert any(c["a"] == name and c["b"] == "deep" for c in s["compare"])
+    legacy = tmp_path / "old.jsonl"  # records from before the label was kept: no such row
+    legacy.write_text(json.dumps(_rec("a", 1.0, 1.0, 0.9)) + "\n")
+    assert name not in summarize(legacy, taus=(0.5,))["rows"]
+
+
+def test_auto_whose_stops_the_deep_model_answers_is_composed_from_the_stop_path(tmp_path):
+    # a: the fast reader misses what the deep model reads in the same fast context.
+    path = tmp_path / "p.jsonl"
+    recs = [_rec("a", 0.0, 1.0, 0.9), _rec("b", 0.0, 1.0, 0.2)]
+    for r, f1 in zip(recs, (1.0, 0.0), strict=True):
+        r["stop"] = {"f1": f1, "receipt": {"t_mem_ms": 10, "t_e2e_ms": 1000, "input_tokens": 100,
+                                           "output_tokens": 5, "cost_usd": 0.0}}
+        r["context_ms"], r["fast_has_all_gold"] = 40.0, r["key"] == "a"
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    s = summarize(path, taus=(0.5,))
+    plain, by_deep = s["rows"]["auto[r] tau=0.5"], s["rows"]["auto[r] tau=0.5 stop=deep"]
+    assert plain["f1"] == 50.0 and by_deep["f1"] == 100.0 and by_deep["early_rate"] == 50.0
+    # a stop pays the router, the fast context it read, then the deep model's answer
+    assert by_deep["t_e2e_ms"] == pytest.approx((1000 + 100 + 40 + 5000 + 100 + 40) / 2)
+    assert not s["acceptance"]["r"]["passed"] and s["acceptance"]["r stop=deep"]["passed"]
+    oracle = "oracle on the evidence label (stop where the fast context holds all gold) stop=deep"
+    assert s["rows"][oracle]["f1"] == 100.0
+
+
 def test_paired_bootstrap_brackets_the_mean_difference():
     from suffice._bench.report import paired_bootstrap
     diff, lo, hi = paired_bootstrap([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0])
@@ -162,3 +200,27 @@ def test_benchmark_records_name_shared_data_as_a_checkout_does() -> None:
     assert portable(inside) == "../shared/data/locomo/locomo_shared.json"
     assert portable("/somewhere/on/this/machine/pypi.tsv") == "pypi.tsv"
     assert portable("docs/results/x.json") == "docs/results/x.json"
+
+
+def test_the_stop_path_is_what_auto_answers_an_early_stop_with_under_stop_reader_deep(tmp_path, memory):
+    from suffice import EngineConfig
+    from suffice._bench.progressive import run
+    from suffice._bench.qa import QAItem
+    from suffice._datasets.locomo import LocomoQuestion
+    from suffice._llm import ScriptedLLM
+    from suffice._route import ScoreRouter
+
+    small, strong = ScriptedLLM("<answer>no idea</answer>"), ScriptedLLM("<answer>Figo</answer>", model="strong")
+    item = QAItem("dana#0", "dana", 0, LocomoQuestion("What is the name of Dana's cat?", "Figo", 4, ()))
+    out = tmp_path / "p.jsonl"
+    counts = run(memory, small, [item], out, budget=600, gold_seqs=lambda item: set(), deep_llm=strong,
+                 stop_path=True)
+    assert counts["ran"] == 3
+    rec = json.loads(out.read_text().splitlines()[0])
+    assert rec["fast"]["f1"] == 0.0 and rec["stop"]["f1"] == 1.0
+    assert rec["stop"]["receipt"]["context_tokens"] <= int(0.95 * 600) < rec["deep"]["receipt"]["context_tokens"]
+    real = memory.ask(item.q.question, scope="dana", llm=small, deep_llm=strong, mode="auto",
+                      router=ScoreRouter(), tau=0.0, budget=600, engine=EngineConfig(stop_reader="deep"))
+    assert real.text == rec["stop"]["answer"] and real.receipt.path == "fast"
+    assert run(memory, small, [item], out, budget=600, gold_seqs=lambda item: set(), deep_llm=strong,
+               stop_path=True)["ran"] == 0

@@ -42,3 +42,18 @@ def test_a_line_cut_by_a_kill_is_redone_and_does_not_swallow_the_next(tmp_path):
     with qa.open_append(out) as fh:
         fh.write('{"variant": "fast", "key": "a#2"}\n')
     assert qa.load_done(out) == {("fast", "a#1"), ("fast", "a#2")}
+
+
+def test_a_record_made_under_other_settings_is_answered_again_and_not_summarised(tmp_path, memory):
+    item = qa.QAItem("dana#0", "dana", 0, LocomoQuestion("What is the cat's name?", "Figo", 4, ()))
+    out = tmp_path / "r.jsonl"
+    qa.run(memory, ScriptedLLM("<answer>Luna</answer>", model="small"), [item], ["fast"], 500, out)
+    bigger = ScriptedLLM("<answer>Figo</answer>", model="large")
+    qa.run(memory, bigger, [item], ["fast"], 500, out)  # another reader: not a reuse
+    assert len(bigger.calls) == 1
+    now = qa.fingerprints(memory, bigger, 500, ["fast"])
+    counted = qa.summarize(out, fingerprints=now)["fast"]["overall"]
+    assert counted["n"] == 1 and counted["f1"] == 100.0  # the new reader's record alone
+    assert len(out.read_text().splitlines()) == 2  # the old record stays in the file, unused
+    qa.run(memory, bigger, [item], ["fast"], 600, out)  # another budget: answered again
+    assert len(bigger.calls) == 2

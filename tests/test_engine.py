@@ -52,6 +52,23 @@ def test_an_agents_run_is_read_with_the_trajectory_prompt_and_a_chat_with_the_ch
     run.close()
 
 
+@pytest.mark.parametrize("mode", ["fast", "deep"])
+def test_a_request_gets_room_for_a_few_sentences_and_a_question_a_phrase(memory, mode):
+    caps: list[int] = []
+
+    class Capturing(ScriptedLLM):
+        def chat(self, messages, **kw):  # type: ignore[no-untyped-def]
+            caps.append(kw["max_tokens"])
+            return super().chat(messages, **kw)
+
+    llm = Capturing("<answer>ok</answer>")
+    memory.ask("Can you help me plan a vet visit for my cat?", scope="dana", llm=llm, mode=mode)
+    memory.ask("What is the name of Dana's cat?", scope="dana", llm=llm, mode=mode)
+    config = EngineConfig()
+    assert caps == [config.request_max_tokens, config.answer_max_tokens]
+    assert config.request_max_tokens > config.answer_max_tokens
+
+
 def test_fast_path_answers_from_the_prefix_with_one_call(memory):
     ans = memory.ask(
         llm=reader(),
@@ -452,3 +469,27 @@ def test_a_failing_deep_model_degrades_to_the_fast_model_and_says_so(memory):
     assert ans.text == "Figo" and r.path == "fast" and r.degraded
     assert any("aggregation failed" in n for n in r.notes)
     assert [c.stage for c in r.calls][-1] == "answer"  # the fast model answered in the end
+
+
+def test_an_early_stop_can_be_answered_by_the_deep_model_over_the_fast_budget(memory):
+    always = ScoreRouter()
+    fast_model, strong = reader(), ScriptedLLM("<answer>Figo, a grey cat</answer>", model="strong")
+    ask = dict(question="What is the name of Dana's cat?", scope="dana", llm=fast_model, deep_llm=strong,
+               router=always, mode="auto", tau=0.0, budget=300)
+    r = memory.ask(**ask, engine=EngineConfig(stop_reader="deep")).receipt
+    assert r.path == "fast" and r.model == "strong" and not fast_model.calls and len(strong.calls) == 1
+    assert r.context_tokens <= int(0.95 * 300)  # the fast budget, not the deep one
+    assert "model" in {lv.name for lv in r.levers} and "evidence" not in {lv.name for lv in r.levers}
+    assert r.t_mem_ms < r.t_e2e_ms - r.stages_ms["aggregate"] + 1e-6  # writing the answer is not memory time
+    default = memory.ask(**ask).receipt  # stop_reader="fast": the fast reader answers the stop
+    assert default.path == "fast" and default.model == fast_model.model and len(strong.calls) == 1
+
+
+def test_an_early_stop_whose_deep_model_fails_is_answered_by_the_fast_reader(memory):
+    down = ScriptedLLM([ProviderError("connection refused", endpoint="http://127.0.0.1:9")] * 3)
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), deep_llm=down,
+                     router=ScoreRouter(), mode="auto", tau=0.0, engine=EngineConfig(stop_reader="deep"))
+    r = ans.receipt
+    assert ans.text == "Figo" and r.path == "fast" and r.degraded
+    assert any("aggregation failed" in n for n in r.notes)
+    assert [c.stage for c in r.calls][-1] == "answer"

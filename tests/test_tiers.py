@@ -395,6 +395,35 @@ def test_the_tier_benchmark_compares_on_shared_questions_and_pairs_with_the_best
     assert (tmp_path / "f.png").stat().st_size > 0
 
 
+def test_a_retrained_policy_is_answered_again_though_it_keeps_its_name(tmp_path, memory) -> None:  # type: ignore[no-untyped-def]
+    from suffice._bench import tiers as bt
+    from suffice._bench.qa import QAItem
+    from suffice._datasets.locomo import LocomoQuestion
+
+    rng = np.random.default_rng(0)
+    shapes = {"descriptors": (len(MODULES), 4), "wu": (8, 2 * memory.embedder.dim), "bu": (8,),
+              "wv": (8, 4), "bv": (8,), "w1": (8, 16), "b1": (8,), "w2": (8, 8), "b2": (8,),
+              "w3": (8, 8), "b3": (8,), "w4": (3, 8), "b4": (3,)}
+
+    def policy() -> TierPolicy:
+        pol = TierPolicy({k: rng.normal(size=s) for k, s in shapes.items()}, lam=0.3, encoder="e")
+        pol.name = "policy λ=0.3"  # as the CLI names it, whatever run trained it
+        return pol
+
+    item = QAItem("dana#0", "dana", 0, LocomoQuestion("What is the cat's name?", "Figo", 4, ()))
+    out, llm = tmp_path / "t.jsonl", ScriptedLLM("<answer>Figo</answer>")
+    fixed = FixedTiers.all("low")
+    first, second = policy(), policy()
+    assert first.digest != second.digest
+    assert bt.run(memory, llm, [item], [fixed, first], out, budget=500)["ran"] == 2
+    assert bt.run(memory, llm, [item], [fixed, first], out, budget=500)["ran"] == 0
+    assert bt.run(memory, llm, [item], [fixed, second], out, budget=500) == {"ran": 1, "reused": 1}
+    s = bt.summarize(out, fingerprints=bt.fingerprints(memory, llm, [fixed, second], budget=500))
+    assert s["configs"]["policy λ=0.3"]["n"] == 1
+    with pytest.raises(ConfigError, match="more than once"):
+        bt.run(memory, llm, [item], [first, second], out, budget=500)
+
+
 def test_the_capacity_strategy_asks_the_model_of_each_tier(memory) -> None:  # type: ignore[no-untyped-def]
     small, large = ScriptedLLM('<answer>["small"]</answer>', model="small"), \
         ScriptedLLM('<answer>["large"]</answer>', model="large")

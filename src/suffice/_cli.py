@@ -634,7 +634,7 @@ def bench_qa(
         with progress_bar("questions", len(items)) as advance:
             qa.run(mem, llm, items, wanted, budget, out_path, judge_llm=llm if use_judge else None,
                    progress=advance)
-        summary = qa.summarize(out_path, {i.key for i in items})
+        summary = qa.summarize(out_path, {i.key for i in items}, qa.fingerprints(mem, llm, budget, wanted))
         say(qa.format_summary(summary))
         if json_out is not None:
             write_json(json_out, envelope("qa", dataset, str(data or default_path()),
@@ -735,7 +735,8 @@ def bench_tiers(
         with progress_bar("answers", len(items) * len(sources)) as advance:
             counts = bt.run(mem, llm, items, sources, out_path, budget=budget, progress=advance)
         say(f"answers: {counts['ran']} run, {counts['reused']} reused")
-        summary = bt.summarize(out_path, {i.key for i in items})
+        summary = bt.summarize(out_path, {i.key for i in items},
+                               bt.fingerprints(mem, llm, sources, budget=budget))
         say(bt.format_summary(summary))
         if plot is not None and summary["configs"]:
             bt.plot(summary, plot)
@@ -777,6 +778,10 @@ def bench_progressive(
         "adding one costs no model call."))] = None,
     cache: Annotated[Path | None, typer.Option(help=(
         "Cache model calls here (replayed calls keep their recorded cost and time)."))] = None,
+    stop_path: Annotated[bool, typer.Option("--stop-path", help=(
+        "Also record the deep model over the fast budget: what auto answers an early stop with "
+        "under EngineConfig(stop_reader='deep'); the summary then composes auto both ways "
+        "(rows marked stop=deep). Needs --deep-model."))] = False,
 ) -> None:
     """Fast, deep and auto(tau): F1, early-termination rate, T_mem, T_e2e, tokens, cost, router AUC."""
     with errors():
@@ -789,6 +794,8 @@ def bench_progressive(
         from ._bench import progressive, qa
         from ._bench.report import envelope, write_json
         from ._datasets.locomo import default_path
+        if stop_path and not deep_model:
+            fail("--stop-path records the deep model over the fast budget: give --deep-model too")
         convs, items, mem = locomo_run(data, limit, store)
         gold = qa.gold_finder(mem, {i.scope for i in items})
         llm = cached_reader(provider, model, base_url, cache)
@@ -800,7 +807,7 @@ def bench_progressive(
         with progress_bar("questions", len(items)) as advance:
             counts = progressive.run(mem, llm, items, out_path, budget=budget, gold_seqs=gold,
                                      judge_llm=llm if use_judge else None, deep_llm=deep_llm,
-                                     extra_routers=trained, progress=advance)
+                                     extra_routers=trained, stop_path=stop_path, progress=advance)
         say(f"path results: {counts['ran']} run, {counts['reused']} reused; "
             f"{counts['routers_scored']} router scores added")
         summary = progressive.summarize(out_path, tau_list, {i.key for i in items})

@@ -26,6 +26,7 @@ RenderMode = Literal["unit", "piece", "unit+piece", "timeline"]
 FusionMethod = Literal["rrf", "weighted"]
 FastContext = Literal["render", "prefix"]
 Aggregator = Literal["reader", "llm"]
+StopReader = Literal["fast", "deep"]
 
 
 def _explain(name: str, exc: ValidationError) -> str:
@@ -219,6 +220,11 @@ class EngineConfig(_Config):
         "Prefix hits the 'prefix' context may take; 60 short turns fill a 1k budget."))
     answer_max_tokens: int = Field(48, gt=0, le=100_000, description=(
         "Longest answer the reader may write; memory answers are a phrase or a sentence."))
+    request_max_tokens: int = Field(160, gt=0, le=100_000, description=(
+        "Longest reply to a message that asks for help rather than a fact (the 'request' "
+        "answer style: advise, plan, list, sum up). A few sentences or a short list need more "
+        "than a phrase's 48 tokens, which cut such replies off mid-sentence. A model that is "
+        "done earlier stops earlier, so the cap costs time only where the reply needs it."))
     anchor_blocks: int = Field(2, gt=0, le=1_000, description=(
         "A: blocks with the most hit mass that anchor the deep path."))
     max_blocks: int = Field(4, gt=0, le=1_000, description=(
@@ -245,9 +251,21 @@ class EngineConfig(_Config):
         "the context. Off by default: with the 0.5B model as agent they cost four calls a query "
         "for +0.9 F1 over fast (docs/benchmarks.md section 5), while a stronger reader over a "
         "wider render gained +15 (section 7). Not yet measured with a stronger agent model."))
+    stop_reader: StopReader = Field("fast", description=(
+        "Auto mode, on an early stop: the fast reader answers from the fast context ('fast'), "
+        "or the deep model does, from the same budget with its dates stated ('deep'; needs a "
+        "deep model, else the fast reader answers). With a stronger deep model, a 'fast' stop "
+        "gives up the stronger reader as well as the wider evidence, which the router cannot "
+        "see: its label is whether the evidence is there. A 'deep' stop gives up only the "
+        "evidence, and costs about half a deep answer (docs/benchmarks.md section 7)."))
     aggregator: Aggregator = Field("reader", description=(
         "Deep path: the reader answers from notes + context ('reader'), or one extra call "
         "merges the notes and flags conflicts ('llm')."))
+
+    def answer_cap(self, style: str) -> int:
+        """The most tokens an answer in this style may take (:attr:`request_max_tokens` for a
+        request, else :attr:`answer_max_tokens`)."""
+        return self.request_max_tokens if style == "request" else self.answer_max_tokens
 
     @model_validator(mode="after")
     def _anchors_fit(self) -> Self:

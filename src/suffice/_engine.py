@@ -223,6 +223,10 @@ class Engine:
 
         decision: RouterDecision | None = None
         path: Path = "fast" if mode == "fast" else "deep"
+        blocks: tuple[BlockReceipt, ...] = ()
+        levers: tuple[LeverReceipt, ...] = ()
+        modules: tuple[ModuleReceipt, ...] = ()
+        degraded = False
         fast: tuple[str, tuple[ContextPart, ...]] | None = None
         if mode == "auto":
             # The router reads what the fast reader would read, so the context is made first;
@@ -237,11 +241,19 @@ class Engine:
             path = "fast" if decision.ok and decision.score >= tau else "deep"
             if not decision.ok:
                 notes.append(decision.reason)
+            if path == "fast" and config.stop_reader == "deep" and self.deep_llm is not None \
+                    and self.tiered is None:
+                # The deep model reads the fast budget: the stop saves the wider evidence only.
+                result, blocks, levers, modules = self._deep(
+                    question, scope, evidence, ranking, ranked, budget, budget, style, ledger, stages,
+                    notes, config.replace(deep_scale=1.0, deep_agents=False), render, retrieval, clock)
+                if result is not None:
+                    text, parts, context_tokens = result
+                    return self._finish(question, scope, mode, "fast", text, evidence, parts,
+                                        context_tokens, ledger, stages, t0, decision, tau,
+                                        blocks, False, notes, clock, levers, modules)
+                degraded = True  # _deep said why; the fast reader answers below
 
-        blocks: tuple[BlockReceipt, ...] = ()
-        levers: tuple[LeverReceipt, ...] = ()
-        modules: tuple[ModuleReceipt, ...] = ()
-        degraded = False
         if path == "deep":
             result, blocks, levers, modules = self._deep(question, scope, evidence, ranking, ranked, budget,
                                                 deep_budget, style, ledger, stages, notes, config, render,
@@ -262,7 +274,7 @@ class Engine:
         context, parts = fast
         t = time.perf_counter()
         text, ok = self._answer(answer_messages(question, context, style), ledger, "answer",
-                                config.answer_max_tokens, clock)
+                                config.answer_cap(style), clock)
         stages["answer"] = _ms(t)
         if not ok:
             degraded = True
@@ -455,7 +467,7 @@ class Engine:
                     f"fast budget {budget})", stages["evidence"]))
             t = time.perf_counter()
             text, ok = self._answer(answer_messages(question, body, style), ledger, "aggregate",
-                                    s.answer_max_tokens, clock, llm=reader)
+                                    s.answer_cap(style), clock, llm=reader)
             stages["aggregate"] = _ms(t)
         if dated:
             notes.append(f"relative dates stated in {dated} turn(s)")
@@ -503,7 +515,7 @@ class Engine:
         parts = (ContextPart("notice", None, seqs, count_tokens(result.text), "tiered summary"),)
         t = time.perf_counter()
         text, ok = self._answer(answer_messages(question, result.text, style), ledger, "aggregate",
-                                s.answer_max_tokens, clock, llm=reader)
+                                s.answer_cap(style), clock, llm=reader)
         stages["aggregate"] = _ms(t)
         if reader is not self.llm:
             calls = [c for c in ledger.records if c.stage == "aggregate"]
@@ -534,12 +546,15 @@ class Engine:
             notes.append(f"the query's deadline of {clock.timeout_s:g} s passed during: "
                          + ", ".join(dict.fromkeys(clock.missed)))
         t_e2e = _ms(t0)
-        writer = ANSWER_STAGE[path]
+        # An early stop answered by the deep model (stop_reader="deep") wrote on the deep
+        # path's stage though it read the fast budget.
+        by_deep = path == "deep" or ("aggregate" in stages and "answer" not in stages)
+        writer = ANSWER_STAGE["deep" if by_deep else path]
         t_mem = sum(v for k, v in stages.items() if k != writer)
-        # The model that wrote the answer: on the deep path the last call that succeeded (the
-        # deep model, or the fast one it fell back to), else the reader.
+        # The model that wrote the answer: where the deep path's step wrote it, the last call
+        # that succeeded (the deep model, or the fast one it fell back to), else the reader.
         model = self.llm.model
-        if path == "deep":
+        if by_deep:
             model = next((c.model for c in reversed(ledger.records) if c.ok), model)
         receipt = Receipt(
             question=question, scope=scope, mode=mode, path=path, model=model,

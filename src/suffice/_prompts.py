@@ -10,14 +10,31 @@ the fact uses ``NOT_MENTIONED``, which the LoCoMo adversarial scoring recognises
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal
 
 from ._types import Message
 
 PROMPTS_VERSION = "5"
 """Bump when the wording of any prompt changes, so results can say which prompts they used."""
+
+
+def _source_digest() -> str:
+    """sha256 of this module's source: the prompts and the rules that pick among them."""
+    try:
+        return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    except OSError:  # no source file (a frozen build): the version alone must do
+        return "nosource"
+
+
+PROMPTS_FINGERPRINT = f"{PROMPTS_VERSION}-{_source_digest()}"
+"""What a recorded answer's reuse is keyed on: the version *and* a digest of this module, so a
+change to a style rule (:func:`is_request`, :func:`style_for_evidence`) or a prompt's wording
+invalidates recorded answers even when nobody bumped the version. Invalidating is cheap: every
+benchmark model call is cached by (model, prompt), so an unchanged prompt replays at no cost."""
 
 Style = Literal["conversation", "documents", "dated", "trajectory", "request"]
 STYLES: tuple[Style, ...] = ("conversation", "documents", "dated", "trajectory", "request")
@@ -412,6 +429,7 @@ __all__ = [
     "DEFAULT_FORMAT",
     "JUDGE_FORMAT",
     "NOT_MENTIONED",
+    "PROMPTS_FINGERPRINT",
     "PROMPTS_VERSION",
     "REASONING_MAX_TOKENS",
     "TIER_PROMPTS_VERSION",

@@ -41,12 +41,12 @@ from .._files import write_atomic
 from .._llm.base import LLM, Ledger, Message
 from .._llm.cache import replayed_ms
 from .._llm.parse import ask_parsed, extract_answer
-from .._prompts import JUDGE_FORMAT, PROMPTS_VERSION, answer_messages, style_for_evidence
+from .._prompts import JUDGE_FORMAT, PROMPTS_FINGERPRINT, answer_messages, style_for_evidence
 from .._tokens import count_tokens, encode, encoding
 from .judge import judge, parse_verdict
 from .metrics import novel_f1, token_f1
 from .qa import open_append, receipt_summary
-from .report import markdown_table, paired_bootstrap, read_results
+from .report import digest, markdown_table, paired_bootstrap, read_results
 
 MODES = ("fast", "deep", "auto")
 BASELINES = ("truncation", "prefix-fill")
@@ -237,8 +237,9 @@ def _truncation(mem: Memory, llm: LLM, q: AgentQuestion, budget: int) -> dict[st
     degraded, notes = False, []
     t = time.perf_counter()
     try:
-        out = llm.chat(answer_messages(q.question, ctx, style_for_evidence(q.question, kinds)),
-                       max_tokens=mem.engine_config.answer_max_tokens, stage="answer", ledger=ledger)
+        style = style_for_evidence(q.question, kinds)
+        out = llm.chat(answer_messages(q.question, ctx, style),
+                       max_tokens=mem.engine_config.answer_cap(style), stage="answer", ledger=ledger)
         text = extract_answer(out.text).strip()
     except ProviderError as exc:
         text, degraded, notes = "", True, [f"answer call failed: {exc}"]
@@ -321,13 +322,12 @@ def add_verdict(rec: dict[str, Any], q: AgentQuestion, judge_llm: LLM) -> None:
 
 def fingerprint(mem: Memory, llm: LLM, budget: int) -> str:
     """What an answer depends on: a record with another fingerprint is answered again."""
-    from .._types import canonical_json
-    d = {"reader": llm.model, "budget": budget, "prompts": PROMPTS_VERSION,
+    d = {"reader": llm.model, "budget": budget, "prompts": PROMPTS_FINGERPRINT,
          **({"deep_reader": mem.deep_llm.model} if mem.deep_llm is not None else {}),
          "store": mem.store_config.model_dump(), "retrieval": mem.retrieval.model_dump(),
          "render": mem.render_config.model_dump(),
          "engine": mem.engine_config.model_dump(exclude={"timeout_s", "tau"})}
-    return hashlib.sha256(canonical_json(d).encode()).hexdigest()[:16]
+    return digest(d)
 
 
 def run(mem: Memory, llm: LLM, questions: Sequence[AgentQuestion], out: Path, *, budget: int,

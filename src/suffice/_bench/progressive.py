@@ -8,6 +8,10 @@ cost (and, for a query sent deep, the fast context it had to render first): with
 decoding an auto run makes exactly those calls, so this is what it would return (``--verify N``
 runs auto for real on N recorded questions and reports how many agree).
 
+With ``stop_path``, a third path is recorded: the deep model over the fast budget (with dates),
+which is what auto answers on an early stop under ``EngineConfig(stop_reader="deep")``; the
+summary then composes auto both ways (``... stop=deep`` rows use it).
+
 Per-question records go to a JSONL file. A rerun reuses what is recorded: each path's result is
 kept while its fingerprint (models, budget, configs, prompt version) is unchanged and run again
 otherwise, and a router that has not scored a question yet scores it, so adding a router costs
@@ -16,7 +20,6 @@ no answer call at all.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -27,13 +30,12 @@ from .._api import Memory
 from .._engine import Engine
 from .._llm.base import LLM, Ledger
 from .._llm.cache import replayed_ms
-from .._prompts import PROMPTS_VERSION
+from .._prompts import PROMPTS_FINGERPRINT
 from .._route.sufficiency import LMRouter, RouterInput, ScoreRouter, SufficiencyRouter, router_tau
-from .._types import canonical_json
 from .judge import judge
 from .metrics import score_locomo
 from .qa import QAItem, open_append, receipt_summary
-from .report import markdown_table, paired_bootstrap, percentile, read_results
+from .report import digest, markdown_table, paired_bootstrap, percentile, read_results
 
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -47,24 +49,25 @@ def fingerprints(mem: Memory, llm: LLM, deep_llm: LLM | None, budget: int) -> di
     """What each path's answer depends on, hashed: a path whose fingerprint is unchanged need
     not run again."""
     engine = mem.engine_config.replace(reader_budget=budget, tau=None)
-    common = {"reader": llm.model, "budget": budget, "prompts": PROMPTS_VERSION,
+    common = {"reader": llm.model, "budget": budget, "prompts": PROMPTS_FINGERPRINT,
               "store": mem.store_config.model_dump(), "retrieval": mem.retrieval.model_dump(),
               "render": mem.render_config.model_dump(),
-              "fast": {k: getattr(engine, k) for k in ("context", "context_depth", "answer_max_tokens")}}
+              "fast": {k: getattr(engine, k) for k in ("context", "context_depth", "answer_max_tokens",
+                                                       "request_max_tokens")}}
     deep = {**common, "engine": engine.model_dump(exclude={"timeout_s", "tau"}),
             "deep_model": deep_llm.model if deep_llm is not None else llm.model}
-
-    def digest(d: dict[str, Any]) -> str:
-        return hashlib.sha256(canonical_json(d).encode()).hexdigest()[:16]
-    return {"fast": digest(common), "deep": digest(deep)}
+    stop = {**deep, "engine": engine.replace(deep_scale=1.0, deep_agents=False).model_dump(
+        exclude={"timeout_s", "tau"})}
+    return {"fast": digest(common), "deep": digest(deep), "stop": digest(stop)}
 
 
 def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: int,
         gold_seqs: Callable[[QAItem], set[int]], judge_llm: LLM | None = None,
         deep_llm: LLM | None = None, extra_routers: Sequence[SufficiencyRouter] = (),
-        progress: Callable[[int], None] | None = None) -> dict[str, int]:
-    """Record fast, deep and every router for each question; reuse what is recorded (see the
-    module's docstring). Returns how many path results were computed and reused."""
+        stop_path: bool = False, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+    """Record fast, deep (and with ``stop_path`` the deep model over the fast budget) and every
+    router for each question; reuse what is recorded (see the module's docstring). Returns how
+    many path results were computed and reused."""
     prints = fingerprints(mem, llm, deep_llm, budget)
     tmp = out.with_suffix(out.suffix + ".tmp")
     old = {r["key"]: r for r in read_results(out)} if out.exists() else {}
@@ -74,6 +77,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
     rts = routers(llm, extra_routers)
     engine = Engine(mem.store, mem.retriever, mem.renderer, llm)
     config = mem.engine_config.replace(reader_budget=budget)
+    stop_config = mem.engine_config.replace(deep_scale=1.0, deep_agents=False)
     counts = {"ran": 0, "reused": 0, "routers_scored": 0}
     fresh: dict[str, dict[str, Any]] = {}
     with open_append(tmp) as fh:
@@ -88,20 +92,24 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
                 t = time.perf_counter()
                 mem.embedder.embed_query(q.question)
                 rec["embed_ms"] = (time.perf_counter() - t) * 1e3
-            for mode in ("fast", "deep"):
-                prev = rec.get(mode)
-                if prev is not None and prev.get("fingerprint") == prints[mode]:
+            for path in ("fast", "deep", "stop") if stop_path else ("fast", "deep"):
+                prev = rec.get(path)
+                if prev is not None and prev.get("fingerprint") == prints[path]:
                     counts["reused"] += 1
                     continue
-                ans = mem.ask(q.question, scope=item.scope, llm=llm, mode=mode, budget=budget,
-                              deep_llm=deep_llm if mode == "deep" else None)
+                # "stop": the deep path's answer step over the fast budget, as auto answers an
+                # early stop with stop_reader="deep".
+                ans = mem.ask(q.question, scope=item.scope, llm=llm, budget=budget,
+                              mode="fast" if path == "fast" else "deep",
+                              deep_llm=deep_llm if path != "fast" else None,
+                              engine=stop_config if path == "stop" else None)
                 r: dict[str, Any] = {"answer": ans.text, "receipt": receipt_summary(ans.receipt),
                                      "f1": score_locomo(ans.text, q.answer, q.category),
-                                     "fingerprint": prints[mode]}
+                                     "fingerprint": prints[path]}
                 if judge_llm is not None:
                     v = judge(judge_llm, q.question, q.answer, ans.text, ledger=Ledger())
                     r["judge"] = v.score if v.ok else None
-                rec[mode] = r
+                rec[path] = r
                 counts["ran"] += 1
             inp = engine.route_input(q.question, scope=item.scope, config=config, retrieval=mem.retrieval,
                                      render=mem.render_config)
@@ -217,15 +225,17 @@ def _row(recs: list[dict[str, Any]], pick: Pick) -> dict[str, float | None]:
             "tokens": tokens / n, "cost_usd": cost}
 
 
-def _auto_pick(name: str, tau: float | None) -> Pick:
+def _auto_pick(name: str, tau: float | None, stop: str = "fast") -> Pick:
     """auto at ``tau`` (None: the router's own calibrated tau, as recorded): a query sent deep
-    also paid for the fast context the router read."""
+    also paid for the fast context the router read. ``stop`` is the recorded path an early stop
+    answers with: "fast", or "stop" (the deep model over the fast budget), which also paid for
+    that context."""
     def pick(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool, int]:
         d = r["routers"][name]
         t = d.get("tau", 0.5) if tau is None else tau
         early = d["ok"] and d["score"] >= t
-        extra = d["ms"] + (0.0 if early else r.get("context_ms", 0.0))
-        return (r["fast"] if early else r["deep"]), extra, d["cost_usd"], early, d.get("tokens", 0)
+        extra = d["ms"] + (0.0 if early and stop == "fast" else r.get("context_ms", 0.0))
+        return (r[stop] if early else r["deep"]), extra, d["cost_usd"], early, d.get("tokens", 0)
     return pick
 
 
@@ -235,7 +245,20 @@ def _oracle(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool, int]
     return (r["fast"] if early else r["deep"]), 0.0, 0.0, early, 0
 
 
+def _evidence_oracle(stop: str = "fast") -> Pick:
+    """A router that is never wrong about the evidence label: it stops exactly where the fast
+    context holds all the gold evidence. What an AUC of 1.0 on that label would earn, so a run
+    shows whether the label can carry the auto target at all."""
+    def pick(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool, int]:
+        early = bool(r.get("fast_has_all_gold"))
+        return (r[stop] if early else r["deep"]), 0.0, 0.0, early, 0
+    return pick
+
+
 ORACLE = "oracle (best path per question)"
+EVIDENCE_ORACLE = "oracle on the evidence label (stop where the fast context holds all gold)"
+STOP_DEEP = "stop=deep"
+"""Marks the rows whose early stops the deep model answers over the fast budget."""
 MAX_F1_LOSS = 1.0
 """Acceptance: auto may lose at most this many F1 points against deep ..."""
 MIN_SPEEDUP = 0.3
@@ -258,6 +281,20 @@ def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = 
             calibrated[name] = float(t)
             picks[f"auto[{name}] tau=calibrated({t:.2f})"] = _auto_pick(name, None)
     picks[ORACLE] = _oracle
+    labelled = any("fast_has_all_gold" in r for r in recs)
+    if labelled:
+        picks[EVIDENCE_ORACLE] = _evidence_oracle()
+    # Auto whose early stops the deep model answers (stop_reader="deep"), where recorded.
+    both = bool(recs) and all("stop" in r for r in recs)
+    if both:
+        for name in names:
+            for tau in taus:
+                picks[f"auto[{name}] tau={tau} {STOP_DEEP}"] = _auto_pick(name, tau, "stop")
+            if name in calibrated:
+                picks[f"auto[{name}] tau=calibrated({calibrated[name]:.2f}) {STOP_DEEP}"] = \
+                    _auto_pick(name, None, "stop")
+        if labelled:
+            picks[f"{EVIDENCE_ORACLE} {STOP_DEEP}"] = _evidence_oracle("stop")
     for run_name, pick in picks.items():
         out["rows"][run_name] = _row(recs, pick)
     # Labels only where they are known: a failed judge verdict, or a question whose gold
@@ -292,17 +329,24 @@ def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = 
     if recs:
         compare("deep", "fast")
         deep = out["rows"]["deep"]
+        for oracle in (EVIDENCE_ORACLE, f"{EVIDENCE_ORACLE} {STOP_DEEP}"):
+            if oracle in picks:
+                out["acceptance"][oracle] = acceptance({oracle: out["rows"][oracle]}, deep)
+                compare(oracle, "deep")
         for name in names:
-            runs = {k: v for k, v in out["rows"].items() if k.startswith(f"auto[{name}]")}
-            out["acceptance"][name] = acceptance(runs, deep)
-            if name in calibrated:
-                cal = f"auto[{name}] tau=calibrated({calibrated[name]:.2f})"
-                out["acceptance"][name]["calibrated"] = acceptance({cal: runs[cal]}, deep)
-                compare(cal, "deep")
-            acc = out["acceptance"][name]
-            for run_name in dict.fromkeys((acc["best"], acc["routed"])):
-                if run_name:
-                    compare(run_name, "deep")
+            for suffix in ("", f" {STOP_DEEP}") if both else ("",):
+                runs = {k: v for k, v in out["rows"].items()
+                        if k.startswith(f"auto[{name}]") and k.endswith(STOP_DEEP) == bool(suffix)}
+                key = name + suffix
+                out["acceptance"][key] = acceptance(runs, deep)
+                if name in calibrated:
+                    cal = f"auto[{name}] tau=calibrated({calibrated[name]:.2f}){suffix}"
+                    out["acceptance"][key]["calibrated"] = acceptance({cal: runs[cal]}, deep)
+                    compare(cal, "deep")
+                acc = out["acceptance"][key]
+                for run_name in dict.fromkeys((acc["best"], acc["routed"])):
+                    if run_name:
+                        compare(run_name, "deep")
     return out
 
 
@@ -361,7 +405,9 @@ def format_summary(s: dict[str, Any]) -> str:
             [[n, f"{v['p50']:.2f}", f"{v['p95']:.2f}"] for n, v in s["router_ms"].items()]
             + [["(prefix, for scale)", f"{s['prefix_ms']['p50']:.2f}", f"{s['prefix_ms']['p95']:.2f}"]])
     for name, a in s.get("acceptance", {}).items():
-        cal_run = next((k for k in s["rows"] if k.startswith(f"auto[{name}] tau=calibrated")), None)
+        router = name.partition(f" {STOP_DEEP}")[0]
+        cal_run = next((k for k in s["rows"] if k.startswith(f"auto[{router}] tau=calibrated")
+                        and k.endswith(STOP_DEEP) == (name != router)), None)
         if cal_run is not None and s["rows"]["deep"]["t_e2e_ms"]:
             v, deep = s["rows"][cal_run], s["rows"]["deep"]
             ok = a.get("calibrated", {}).get("passed", False)
@@ -390,7 +436,7 @@ def plot(s: dict[str, Any], png: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     rows = s["rows"]
     for name, marker, color in (("fast", "s", "black"), ("deep", "D", "tab:red"),
-                                (ORACLE, "*", "tab:green")):
+                                (ORACLE, "*", "tab:green"), (EVIDENCE_ORACLE, "X", "tab:olive")):
         if name in rows:
             ax.scatter(rows[name]["t_e2e_ms"] / 1e3, rows[name]["f1"], s=90, marker=marker,
                        color=color, label=name, zorder=3)

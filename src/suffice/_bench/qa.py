@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,11 +25,11 @@ from .._errors import ConfigError, ProviderError
 from .._llm.base import LLM, Ledger
 from .._llm.cache import replayed_ms
 from .._llm.parse import extract_answer
-from .._prompts import answer_messages, choose_style, no_memory_messages
+from .._prompts import PROMPTS_FINGERPRINT, answer_messages, choose_style, no_memory_messages
 from .._tokens import count_tokens
 from .judge import judge
 from .metrics import exact_match, score_locomo
-from .report import markdown_table, percentile, read_results
+from .report import current, digest, markdown_table, percentile, read_results
 
 VARIANTS = ("fast", "render", "recency", "no-memory")
 CATEGORIES = (1, 2, 3, 4)
@@ -91,16 +91,21 @@ def ingest(mem: Memory, convs: Sequence[LocomoConversation], scopes: set[str],
             mem.add(list(conv.items), scope=conv.scope, progress=progress)
 
 
-def load_done(path: Path) -> set[tuple[str, str]]:
-    done: set[tuple[str, str]] = set()
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill: redo that question
-            done.add((rec["variant"], rec["key"]))
-    return done
+def load_done(path: Path, fingerprints: Mapping[str, str] | None = None) -> set[tuple[str, str]]:
+    """The (variant, key) pairs recorded in ``path``; with ``fingerprints`` (variant ->
+    fingerprint), only those recorded under the current settings. A line cut by a kill does not
+    count: that question is redone."""
+    return set(current(read_results(path), fingerprints)) if path.exists() else set()
+
+
+def fingerprints(mem: Memory, llm: LLM, budget: int, variants: Sequence[str]) -> dict[str, str]:
+    """What each variant's answer depends on, hashed: the reader, the budget, the prompts and
+    every config of the memory. A record made under another fingerprint is answered again."""
+    common = {"reader": llm.model, "budget": budget, "prompts": PROMPTS_FINGERPRINT,
+              "store": mem.store_config.model_dump(), "retrieval": mem.retrieval.model_dump(),
+              "render": mem.render_config.model_dump(),
+              "engine": mem.engine_config.model_dump(exclude={"timeout_s", "tau"})}
+    return {v: digest({**common, "variant": v}) for v in variants}
 
 
 def open_append(path: Path) -> TextIO:
@@ -184,8 +189,10 @@ def answer_one(variant: str, mem: Memory, llm: LLM, item: QAItem, budget: int) -
 def run(mem: Memory, llm: LLM, items: Sequence[QAItem], variants: Sequence[str], budget: int,
         out: Path, judge_llm: LLM | None = None,
         progress: Callable[[int], None] | None = None) -> None:
-    """Answer and score every (variant, question) not yet in ``out``; append as we go."""
-    done = load_done(out)
+    """Answer and score every (variant, question) not yet in ``out`` under the current settings
+    (:func:`fingerprints`); append as we go."""
+    prints = fingerprints(mem, llm, budget, variants)
+    done = load_done(out, prints)
     with open_append(out) as fh:
         for item in items:
             for v in variants:
@@ -198,6 +205,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], variants: Sequence[str],
                     "question": item.q.question, "gold": item.q.answer, "prediction": pred,
                     "f1": score_locomo(pred, item.q.answer, item.q.category),
                     "em": exact_match(pred, item.q.answer), "budget": budget, **res,
+                    "fingerprint": prints[v],
                 }
                 if judge_llm is not None:
                     jl = Ledger()
@@ -211,10 +219,13 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], variants: Sequence[str],
                 progress(1)
 
 
-def summarize(path: Path, keys: set[str] | None = None) -> dict[str, Any]:
-    """Per variant and category: n, F1, judge, EM, tokens, cost, latency p50/p95 (ms)."""
+def summarize(path: Path, keys: set[str] | None = None,
+              fingerprints: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Per variant and category: n, F1, judge, EM, tokens, cost, latency p50/p95 (ms). One
+    record per (variant, question), the newest (with ``fingerprints``, the newest made under
+    them)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for rec in read_results(path):
+    for rec in current(read_results(path), fingerprints).values():
         if keys is not None and rec["key"] not in keys:
             continue
         for cat in (str(rec["category"]), "overall"):

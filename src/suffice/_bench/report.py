@@ -7,12 +7,13 @@ in docs/benchmarks.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,28 @@ def envelope(benchmark: str, dataset: str, data: str, settings: Any, results: An
 
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def digest(settings: Mapping[str, Any]) -> str:
+    """A short, stable hash of what a recorded answer depends on (reader, budget, prompts,
+    configs, the tier source...): a record whose fingerprint differs from the current one was made
+    under other settings and is answered again, never reused."""
+    from .._types import canonical_json
+    return hashlib.sha256(canonical_json(dict(settings)).encode()).hexdigest()[:16]
+
+
+def current(records: Iterable[dict[str, Any]], fingerprints: Mapping[str, str] | None = None
+            ) -> dict[tuple[str, str], dict[str, Any]]:
+    """The record that counts for each (variant, key): the newest one, and with
+    ``fingerprints`` (variant -> fingerprint) only one made under the current settings. Older
+    records stay in the file (a change can be undone) but are neither reused nor summarised."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for rec in records:
+        v = str(rec.get("variant"))
+        if fingerprints is not None and (v not in fingerprints or rec.get("fingerprint") != fingerprints[v]):
+            continue
+        out[(v, rec["key"])] = rec
+    return out
 
 
 def read_results(path: Path) -> Iterator[dict[str, Any]]:

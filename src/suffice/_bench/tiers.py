@@ -14,27 +14,62 @@ import json
 import math
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._config import EngineConfig
+from .._errors import ConfigError
 from .._llm.base import LLM
 from .._pipeline import MODULES, TIERS, TierSource
+from .._prompts import PROMPTS_FINGERPRINT
+from .._route.tiers import FixedTiers, HeuristicTiers, TierPolicy
 from .metrics import score_locomo
 from .qa import QAItem, load_done, open_append
+from .report import current, digest, read_results
 
 if TYPE_CHECKING:
     from .._api import Memory
 
-__all__ = ["plot", "run", "summarize"]
+__all__ = ["fingerprints", "plot", "run", "summarize"]
+
+
+def _identity(src: TierSource) -> dict[str, Any]:
+    """What a tier source decides by: a policy by its weights (a policy retrained at the same
+    lambda keeps its name but not its answers), a fixed pipeline by its tiers, the heuristic by
+    its rules."""
+    if isinstance(src, TierPolicy):
+        return {"policy": src.digest, "lam": src.lam}
+    if isinstance(src, FixedTiers):
+        return {"fixed": dict(src.tiers)}
+    if isinstance(src, HeuristicTiers):
+        return {"heuristic": src.rules()}
+    return {"source": type(src).__name__, "name": src.name}
+
+
+def fingerprints(mem: Memory, llm: LLM, sources: Sequence[TierSource], *, budget: int) -> dict[str, str]:
+    """Per configuration name, a hash of what its answers depend on: the reader, budget,
+    prompts, the memory's configs, the pipeline's settings and models, and the source itself."""
+    models = sorted((k, m.model) for k, m in (mem.tier_models or {}).items())
+    common = {"reader": llm.model, "budget": budget, "prompts": PROMPTS_FINGERPRINT,
+              "store": mem.store_config.model_dump(), "retrieval": mem.retrieval.model_dump(),
+              "render": mem.render_config.model_dump(), "tier_settings": asdict(mem.tier_settings),
+              "tier_models": models}
+    return {src.name: digest({**common, "source": _identity(src)}) for src in sources}
 
 
 def run(mem: Memory, llm: LLM, items: Sequence[QAItem], sources: Sequence[TierSource], out: Path, *,
         budget: int, progress: Callable[[int], None] | None = None) -> dict[str, int]:
-    """Answer every item with every source; skip (source, question) pairs already recorded."""
-    done = load_done(out)
+    """Answer every item with every source; skip (source, question) pairs already recorded
+    under the same settings (:func:`fingerprints`)."""
+    names = [s.name for s in sources]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"tier sources named {', '.join(twice)} more than once: records are kept by name")
+    prints = fingerprints(mem, llm, sources, budget=budget)
+    done = load_done(out, prints)
     ran = 0
     config = EngineConfig(reader_budget=budget, deep_scale=1.0)
     with open_append(out) as f:
@@ -59,6 +94,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], sources: Sequence[TierSo
                     "tiers": {m.module: m.asked for m in r.modules},
                     "answered_at": {m.module: m.tier for m in r.modules},
                     "notes": list(r.notes),
+                    "fingerprint": prints[src.name],
                 }
                 f.write(json.dumps(rec) + "\n")
                 f.flush()
@@ -77,12 +113,14 @@ def _ci(values: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, f
     return means[int(0.025 * n)], means[int(0.975 * n) - 1]
 
 
-def summarize(path: Path, keys: set[str] | None = None) -> dict[str, Any]:
+def summarize(path: Path, keys: set[str] | None = None,
+              fingerprints: dict[str, str] | None = None) -> dict[str, Any]:
     """Per configuration: F1 (with a bootstrap 95% interval), pipeline cost and time, T_e2e,
-    and each module's tier shares; only questions every configuration answered count."""
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    and each module's tier shares; only questions every configuration answered count. One
+    record per (configuration, question), the newest (with ``fingerprints``, the newest made
+    under them)."""
     by: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in recs:
+    for r in current(read_results(path), fingerprints).values():
         if keys is None or r["key"] in keys:
             by.setdefault(r["variant"], {})[r["key"]] = r
     common = set.intersection(*(set(v) for v in by.values())) if by else set()

@@ -9,6 +9,7 @@ the argmax; training (``suffice train tiers``) samples.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -67,6 +68,11 @@ class HeuristicTiers:
     def __init__(self, *, embedder: bool = True) -> None:
         self.embedder = embedder
 
+    @staticmethod
+    def rules() -> list[str]:
+        """The patterns the choice reads, so a record can say which rules made it."""
+        return [_RELATION_CUE.pattern, _TIME_CUE.pattern]
+
     def tiers(self, question: str) -> dict[str, Tier]:
         return {"filter": "mid" if self.embedder else "low",
                 "entity": "mid" if _RELATION_CUE.search(question) else "low",
@@ -97,6 +103,11 @@ class TierPolicy:
         self.lam = lam
         self.encoder = encoder
         self.name = name
+        h = hashlib.sha256()
+        for k in _KEYS:
+            h.update(k.encode() + repr(self.w[k].shape).encode() + self.w[k].tobytes())
+        self.digest = h.hexdigest()[:16]
+        """The weights' sha256 (short): a retrained policy has another, whatever its name."""
 
     def probs(self, module: Module, q: np.ndarray, x: np.ndarray) -> np.ndarray:
         w = self.w
