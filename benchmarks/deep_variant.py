@@ -35,8 +35,8 @@ from suffice import EngineConfig, Memory, RenderConfig, make_llm
 from suffice._bench.metrics import score_locomo
 from suffice._bench.qa import load_done, open_append, receipt_summary
 from suffice._bench.report import envelope, paired_bootstrap, read_results, write_json
-from suffice._files import write_atomic
 from suffice._config import apply_overrides, parse_overrides
+from suffice._files import write_atomic
 
 
 def configs(pairs: list[str], mem: Memory) -> tuple[EngineConfig, RenderConfig]:

@@ -222,5 +222,6 @@ def test_the_stop_path_is_what_auto_answers_an_early_stop_with_under_stop_reader
     real = memory.ask(item.q.question, scope="dana", llm=small, deep_llm=strong, mode="auto",
                       router=ScoreRouter(), tau=0.0, budget=600, engine=EngineConfig(stop_reader="deep"))
     assert real.text == rec["stop"]["answer"] and real.receipt.path == "fast"
+    assert strong.calls[-1] == strong.calls[1]  # the very prompt the stop path recorded
     assert run(memory, small, [item], out, budget=600, gold_seqs=lambda item: set(), deep_llm=strong,
                stop_path=True)["ran"] == 0

@@ -177,6 +177,18 @@ def test_training_reports_its_checkpoint_and_threshold(trained):
     assert report.teacher_seconds > 0  # the teacher read the rationales
 
 
+def test_tau_meets_a_quality_floor_or_a_stop_rate_whichever_is_asked():
+    from suffice._train.router import calibrate
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05]
+    labels = [True, True, True, False, True, False, False, True, False, False]
+    tau, rate, prec = calibrate(scores, labels, precision=1.0)
+    assert (tau, rate, prec) == (0.7, 0.3, 1.0)  # the smallest tau whose stops are all right
+    tau, rate, prec = calibrate(scores, labels, precision=1.0, stop_rate=0.6)
+    assert tau == 0.4 and rate == 0.6 and prec == pytest.approx(4 / 6)  # the largest that stops 60%
+    with pytest.raises(ValueError, match="stop_rate"):
+        calibrate(scores, labels, precision=1.0, stop_rate=0.0)
+
+
 def test_the_onnx_router_scores_like_the_network(trained):
     from suffice._train.router import predict
 

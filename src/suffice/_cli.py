@@ -1476,6 +1476,9 @@ def train_router_cmd(
     precision: Annotated[float, typer.Option(min=0.0, max=1.0, help=(
         "tau: the smallest threshold whose early stops hold all gold evidence this often on "
         "the validation conversations."))] = 0.9,
+    stop_rate: Annotated[float | None, typer.Option(min=0.01, max=1.0, help=(
+        "tau instead: the largest threshold at which at least this share of validation "
+        "contexts stop early (a time budget, for auto with stop_reader='deep')."))] = None,
     budget: Annotated[int, typer.Option(help="The reader's context budget the router judges.")] = 1000,
     work: Annotated[Path | None, typer.Option(help=(
         "Folder for the dataset stores (kept and reused by later runs; default: a temporary one)."))] = None,
@@ -1500,8 +1503,8 @@ def train_router_cmd(
         from ._train import router as rt
         from ._train import sufficiency_data as sd
         datasets = dataset or ["locomo"]
-        cfg = rt.RouterTrainConfig(epochs=epochs, beta=beta, precision=precision, eval_budget=budget,
-                                   threads=threads)
+        cfg = rt.RouterTrainConfig(epochs=epochs, beta=beta, precision=precision, stop_rate=stop_rate,
+                                   eval_budget=budget, threads=threads)
         dcfg = sd.DataConfig(fast_budget=budget, budgets=tuple(sorted({budget // 2, budget, 2 * budget})))
         t0 = time.perf_counter()
         with fold_progress() as report, tempfile.TemporaryDirectory() as tmp:

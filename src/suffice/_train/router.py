@@ -64,6 +64,12 @@ class RouterTrainConfig:
     """Loss weight of intervened contexts against natural ones (the kind judged)."""
     precision: float = 0.9
     """tau is the smallest threshold at which stopped contexts hold all gold this often (validation)."""
+    stop_rate: float | None = None
+    """Instead of ``precision``: tau is the largest threshold at which at least this share of
+    validation contexts stop early. A time budget rather than a quality floor: with
+    ``EngineConfig(stop_reader="deep")`` auto costs about ``s * r + (1 - s)`` of deep's time at
+    stop rate ``s``, ``r`` being a stop's time over a deep answer's, so a target share of deep's
+    time fixes the stop rate it needs (docs/benchmarks.md section 7)."""
     eval_budget: int = 1000
     """Natural contexts of this budget (the reader's) choose the checkpoint and tau."""
     teacher_tokens: int = 256
@@ -113,13 +119,22 @@ def auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
 
 
 def calibrate(scores: Sequence[float], labels: Sequence[bool],
-              precision: float) -> tuple[float, float, float]:
+              precision: float, stop_rate: float | None = None) -> tuple[float, float, float]:
     """(tau, early-exit rate, precision at tau): the smallest tau whose stopped contexts
     (score >= tau) hold all gold at least ``precision`` of the time; 1.0 (stop nowhere... but a
-    perfect score) when no threshold reaches it."""
+    perfect score) when no threshold reaches it. With ``stop_rate``, the largest tau at which at
+    least that share of contexts stops instead, whatever its precision."""
     s = np.asarray(scores, dtype=np.float64)
     y = np.asarray(labels, dtype=bool)
     best = (1.0, 0.0, 0.0)
+    if stop_rate is not None:
+        if not 0.0 < stop_rate <= 1.0:
+            raise ValueError(f"stop_rate must be in (0, 1], got {stop_rate}")
+        for tau in sorted(set(np.round(s, 4).tolist()), reverse=True):
+            stop = s >= tau
+            if stop.mean() >= stop_rate:
+                return float(tau), float(stop.mean()), float(y[stop].mean())
+        return best
     for tau in sorted(set(np.round(s, 4).tolist())):
         stop = s >= tau
         if not stop.any():
@@ -402,7 +417,7 @@ def train(train_set: Sequence[SufficiencyExample], val_set: Sequence[Sufficiency
         scores = predict(net, val).tolist()
         report.val_auc = auc(scores, [e.label for e in val])
         report.tau, report.val_early_rate, report.val_precision = calibrate(
-            scores, [e.label for e in val], config.precision)
+            scores, [e.label for e in val], config.precision, config.stop_rate)
     return net, report
 
 
