@@ -8,7 +8,12 @@ Inputs, all per-question JSONL:
   deep_scale=1 --deep-model MODEL`` records it (the deep model over the fast budget, with dates);
 * ``--deep-sample`` (optional): the deep path rerun on some of those questions on the same
   machine and day as ``--stop`` (``deep_variant.py --every N --deep-model MODEL``), so the stop
-  path's time can be put against deep's on one machine.
+  path's time can be put against deep's on one machine; a line with ``stop_t_e2e_ms`` brings
+  the stop path's time of the same question, timed beside it.
+
+``--router DIR`` (repeatable) scores the same questions with a trained router on the current
+code (``--store`` must hold the conversations; no model call), so a router trained after the
+run, e.g. with ``--stop-rate``, is composed at its own calibrated tau too.
 
 Per router and tau it reports auto's F1 with fast stops (today's default) and with deep-model
 stops, the stop rate, and paired intervals against deep. Where the sample exists it also gives
@@ -69,24 +74,79 @@ def compose(recs: dict[str, dict[str, Any]], stop: dict[str, dict[str, Any]], r:
             "rows": rows}
 
 
+def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -> None:
+    """Add each router's score on every recorded question, made as auto makes it now."""
+    import time
+
+    from suffice import Memory
+    from suffice._bench.progressive import _shown
+    from suffice._bench.qa import gold_finder, select
+    from suffice._datasets.locomo import load_locomo
+    from suffice._engine import Engine
+    from suffice._llm.base import Ledger
+    from suffice._route.sufficiency import router_tau
+    from suffice._route.trained import TrainedRouter
+
+    by_key = {it.key: it for it in select(load_locomo(None), None)}
+    mem = Memory(store, create=False)
+    engine = Engine(mem.store, mem.retriever, mem.renderer, None)  # type: ignore[arg-type]
+    config = mem.engine_config
+    gold = gold_finder(mem, {by_key[k].scope for k in recs})
+    same = 0
+    for key, rec in recs.items():  # is the fast context still the one the run recorded?
+        it = by_key[key]
+        inp = engine.route_input(it.q.question, scope=it.scope, config=config,
+                                 retrieval=mem.retrieval, render=mem.render_config)
+        g = gold(it)
+        same += (bool(g) and all(_shown(inp, q, mem) for q in g)) == bool(rec.get("fast_has_all_gold"))
+    print(f"evidence label today vs recorded: {same} of {len(recs)} agree")
+    for folder in folders:
+        rt = TrainedRouter(folder)
+        for key, rec in recs.items():
+            it = by_key[key]
+            inp = engine.route_input(it.q.question, scope=it.scope, config=config,
+                                     retrieval=mem.retrieval, render=mem.render_config)
+            t = time.perf_counter()
+            d = rt.score(inp, ledger=Ledger())
+            rec["routers"][f"trained:{rt.model}"] = {
+                "score": d.score, "ok": d.ok, "ms": (time.perf_counter() - t) * 1e3, "cost_usd": 0.0,
+                "tau": router_tau(rt)}
+    mem.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, required=True)
     ap.add_argument("--stop", type=Path, required=True)
     ap.add_argument("--deep-sample", type=Path)
+    ap.add_argument("--router", type=Path, action="append", default=[], help="trained router folder")
+    ap.add_argument("--store", type=Path, default=Path("runs/locomo.db"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     recs = {r["key"]: r for r in read_results(args.runs)}
+    if args.router:
+        rescore(recs, args.router, args.store)
     stop = {r["key"]: r for r in read_results(args.stop)}
     ratio = None
     if args.deep_sample is not None:
         sample = {r["key"]: r for r in read_results(args.deep_sample)}
-        shared = [k for k in sample if k in stop]
+        # A sample line may carry its own stop time, timed next to its deep answer: the
+        # cleaner pair when the stop run shared the machine with other work.
+        shared = [k for k in sample if k in stop or "stop_t_e2e_ms" in sample[k]]
         if shared:
-            ratio = (statistics.fmean(stop[k]["receipt"]["t_e2e_ms"] for k in shared)
+            ratio = (statistics.fmean(sample[k].get("stop_t_e2e_ms") or stop[k]["receipt"]["t_e2e_ms"]
+                                      for k in shared)
                      / statistics.fmean(sample[k]["receipt"]["t_e2e_ms"] for k in shared))
             print(f"time ratio stop/deep on {len(shared)} questions: {ratio:.3f}")
     res = compose(recs, stop, ratio)
+    from suffice._bench.progressive import auc
+    labelled = [r for r in recs.values() if r.get("n_gold", 1) > 0]
+    res["auc_fast_has_all_gold"] = {
+        name: auc([r["routers"][name]["score"] for r in labelled],
+                  [bool(r.get("fast_has_all_gold")) for r in labelled])
+        for name in sorted({n for r in labelled for n in r["routers"]})}
+    print("AUC vs the fast context holds all gold (all recorded questions):",
+          {k: None if v is None else round(v, 3) for k, v in res["auc_fast_has_all_gold"].items()})
     print(f"n={res['n']}  F1 fast {res['f1']['fast']:.1f}  stop path {res['f1']['stop_path']:.1f}  "
           f"deep {res['f1']['deep']:.1f}")
 
