@@ -255,9 +255,10 @@ class EngineConfig(_Config):
         "Auto mode, on an early stop: the fast reader answers from the fast context ('fast'), "
         "or the deep model does, from the same budget with its dates stated ('deep'; needs a "
         "deep model and no tiered agent, else the fast reader answers). With a stronger deep "
-        "model, a 'fast' stop gives up the stronger reader as well as the wider evidence, which the router cannot "
-        "see: its label is whether the evidence is there. A 'deep' stop gives up only the "
-        "evidence, and costs about half a deep answer (docs/benchmarks.md section 7)."))
+        "model, a 'fast' stop gives up the stronger reader as well as the wider evidence, "
+        "which the router cannot see: its label is whether the evidence is there. A 'deep' "
+        "stop gives up only the evidence, and costs about half a deep answer "
+        "(docs/benchmarks.md section 7)."))
     aggregator: Aggregator = Field("reader", description=(
         "Deep path: the reader answers from notes + context ('reader'), or one extra call "
         "merges the notes and flags conflicts ('llm')."))
