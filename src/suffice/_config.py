@@ -263,6 +263,12 @@ class EngineConfig(_Config):
         "Deep path: the reader answers from notes + context ('reader'), or one extra call "
         "merges the notes and flags conflicts ('llm')."))
 
+    def stop_config(self) -> EngineConfig:
+        """The config a deep-model stop answers under (``stop_reader="deep"``): the deep path at
+        the fast budget, without block agents. The engine and the benchmark that records this
+        path both take it from here, so they cannot drift apart."""
+        return self.replace(deep_scale=1.0, deep_agents=False)
+
     def answer_cap(self, style: str) -> int:
         """The most tokens an answer in this style may take (:attr:`request_max_tokens` for a
         request, else :attr:`answer_max_tokens`)."""

@@ -246,7 +246,7 @@ class Engine:
                 # The deep model reads the fast budget: the stop saves the wider evidence only.
                 result, blocks, levers, modules = self._deep(
                     question, scope, evidence, ranking, ranked, budget, budget, style, ledger, stages,
-                    notes, config.replace(deep_scale=1.0, deep_agents=False), render, retrieval, clock)
+                    notes, config.stop_config(), render, retrieval, clock)
                 if result is not None:
                     text, parts, context_tokens = result
                     return self._finish(question, scope, mode, "fast", text, evidence, parts,

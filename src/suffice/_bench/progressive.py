@@ -56,8 +56,7 @@ def fingerprints(mem: Memory, llm: LLM, deep_llm: LLM | None, budget: int) -> di
                                                        "request_max_tokens")}}
     deep = {**common, "engine": engine.model_dump(exclude={"timeout_s", "tau"}),
             "deep_model": deep_llm.model if deep_llm is not None else llm.model}
-    stop = {**deep, "engine": engine.replace(deep_scale=1.0, deep_agents=False).model_dump(
-        exclude={"timeout_s", "tau"})}
+    stop = {**deep, "engine": engine.stop_config().model_dump(exclude={"timeout_s", "tau"})}
     return {"fast": digest(common), "deep": digest(deep), "stop": digest(stop)}
 
 
@@ -77,7 +76,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
     rts = routers(llm, extra_routers)
     engine = Engine(mem.store, mem.retriever, mem.renderer, llm)
     config = mem.engine_config.replace(reader_budget=budget)
-    stop_config = mem.engine_config.replace(deep_scale=1.0, deep_agents=False)
+    stop_config = mem.engine_config.stop_config()
     counts = {"ran": 0, "reused": 0, "routers_scored": 0}
     fresh: dict[str, dict[str, Any]] = {}
     with open_append(tmp) as fh:
