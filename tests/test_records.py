@@ -197,3 +197,31 @@ def test_a_rebuild_of_records_rewrites_lines_an_older_version_stored(tmp_path: P
     assert f"{len(current)} records written again" in out.output
     with Memory(path, embedder=embedder) as mem:
         assert mem.store.records("dana") == current
+
+
+def test_a_rebuild_to_a_new_unit_size_with_records_writes_each_record_once(  # type: ignore[no-untyped-def]
+        tmp_path: Path, embedder, monkeypatch) -> None:
+    """A new unit size already rewrites every record; ``--records`` must not write them again
+    (with a model writing records, that would be a second model call per unit)."""
+    from typer.testing import CliRunner
+
+    from suffice._cli import app
+    from suffice._store.sqlite import SQLiteStore
+    path = tmp_path / "m.db"
+    with Memory(path, store_config=SMALL_UNITS, embedder=embedder) as mem:
+        mem.add(history_items(), scope="dana")
+    writes: list[int] = []
+    put = SQLiteStore.put_record
+
+    def counted(self, scope, unit, *args, **kwargs):  # type: ignore[no-untyped-def]
+        writes.append(unit)
+        return put(self, scope, unit, *args, **kwargs)
+
+    monkeypatch.setattr(SQLiteStore, "put_record", counted)
+    monkeypatch.setattr("suffice._cli.configured_embedder", lambda: embedder)
+    out = CliRunner().invoke(app, ["--db", str(path), "rebuild", "--records", "--set", "unit_tokens=400"])
+    assert out.exit_code == 0, out.output
+    assert writes and len(writes) == len(set(writes))  # every unit's record, once
+    assert f"{len(writes)} records written again" in out.output
+    with Memory(path, embedder=embedder) as mem:
+        assert len(mem.store.records("dana")) == len(writes)

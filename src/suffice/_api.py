@@ -258,6 +258,9 @@ class Memory:
         """The scopes this memory may touch (None: all); set on the views :meth:`restrict` makes."""
         self._view_of: Memory | None = None
         """The memory a restricted view shares its store, models and threads with."""
+        self._records_rewritten: int | None = None
+        """How many records :meth:`rebuild` last wrote when it wrote every record again (None:
+        it has not): the CLI's ``--records`` then need not write them a second time."""
         if rebuild:
             self.rebuild(config)
 
@@ -520,7 +523,8 @@ class Memory:
                     counts["pieces"] += len(rows)
         if "encoder" in diff and self.embedder is not None:
             self._store.drop_embeddings()
-        if records or {"unit_tokens", "links_per_unit", "record_tokens", "encoder"} & diff.keys():
+        rewrite = records or bool({"unit_tokens", "links_per_unit", "record_tokens", "encoder"} & diff.keys())
+        if rewrite:
             for scope in scopes:
                 self._store.drop_records(scope)
         self._store.save_config(new.model_dump())
@@ -529,6 +533,8 @@ class Memory:
             self._retriever.index(scope)  # embeds what has no vector (all of it after a new encoder)
             counts["vectors"] += self._store.stats(scope).embedded - before
             counts["records"] += self._records.write_new(scope)
+        if rewrite:
+            self._records_rewritten = counts["records"]
         return counts
 
     # -- reads --------------------------------------------------------------------------------------

@@ -471,7 +471,10 @@ def rebuild(
         probe.close()
         with Memory(path, create=False, store_config=config, rebuild=True,
                     embedder=configured_embedder()) as mem:
-            n_records = mem.rebuild(records=True)["records"] if records else None
+            n_records = None
+            if records:  # the open's rebuild already wrote them when the new settings asked it to
+                n_records = (mem._records_rewritten if mem._records_rewritten is not None
+                             else mem.rebuild(records=True)["records"])
             done = ", ".join(f"{k}={v}" for k, v in changes.items()) or "its own settings"
             s = mem.stats()
             say(f"rebuilt the views of {mem.path} with {done}; {s.embedded} of {s.items} items "
