@@ -18,7 +18,9 @@ rerun (the VM's speed drifts between days) and to check its answers still match.
 
 ``--deep-model`` names the model that writes the deep answer (as ``bench progressive
 --deep-model``); ``--every N`` runs every Nth recorded question only (a same-day timing sample);
-``--cache`` keeps every model call, so a stopped run loses at most the call under way. With
+``--cache`` keeps every model call, so a stopped run loses at most the call under way;
+``--limit N`` takes the first N questions and ``--asks-time`` only those that ask when (the
+only ones ``EngineConfig.date_room`` changes: the other deep answers stay as recorded). With
 ``--deep-model qwen2.5-1.5b --set deep_scale=1`` this records what auto answers an early stop
 with under ``EngineConfig(stop_reader="deep")``: the deep model over the fast budget, with
 dates (docs/benchmarks.md section 7).
@@ -37,6 +39,7 @@ from suffice._bench.qa import load_done, open_append, receipt_summary
 from suffice._bench.report import envelope, paired_bootstrap, read_results, write_json
 from suffice._config import apply_overrides, parse_overrides
 from suffice._files import write_atomic
+from suffice._timeref import asks_time
 
 
 def configs(pairs: list[str], mem: Memory) -> tuple[EngineConfig, RenderConfig]:
@@ -58,11 +61,15 @@ def main() -> None:
     ap.add_argument("--deep-model", help="model that writes the deep answer (default: the reader)")
     ap.add_argument("--every", type=int, default=1, help="run every Nth recorded question only")
     ap.add_argument("--cache", type=Path, help="keep model calls here (resumable to the call)")
+    ap.add_argument("--limit", type=int, help="the first N recorded questions only")
+    ap.add_argument("--asks-time", action="store_true",
+                    help="only questions that ask when (the only ones EngineConfig.date_room changes)")
     args = ap.parse_args()
     if args.merge and args.mode != "deep":
         ap.error("--merge replaces the deep results; it needs --mode deep")
 
     recs = {r["key"]: r for r in read_results(args.runs)}
+    limit = args.limit or len(recs)
     if any("question" not in r for r in recs.values()):
         # Compact records (docs/results) leave out the text the dataset holds: take it from there.
         from suffice._bench.qa import select
@@ -84,7 +91,8 @@ def main() -> None:
     done = {k for _, k in load_done(args.out)}
     with open_append(args.out) as fh:
         for i, (key, rec) in enumerate(recs.items()):
-            if key in done or i % args.every:
+            if key in done or i >= limit or i % args.every or \
+                    (args.asks_time and not asks_time(rec["question"])):
                 continue
             scope = key.split("#")[0]
             if mem.embedder is not None:  # embedded up front, as the progressive run does

@@ -493,3 +493,30 @@ def test_an_early_stop_whose_deep_model_fails_is_answered_by_the_fast_reader(mem
     assert ans.text == "Figo" and r.path == "fast" and r.degraded
     assert any("aggregation failed" in n for n in r.notes)
     assert [c.stage for c in r.calls][-1] == "answer"
+
+
+def test_a_when_question_gets_room_for_every_date_its_evidence_states(tmp_path, embedder):
+    """A render fills its budget, so dates stated afterwards found no room: for a question that
+    asks when, the deep path renders its evidence smaller by what the dates take."""
+    from suffice import NewItem
+    from suffice._timeref import asks_time
+
+    mem = Memory(tmp_path / "m.db", embedder=embedder)
+    days = [f"2025-0{m}-{d:02d}" for m in (3, 4, 5) for d in (2, 9, 16, 23)]
+    mem.add([NewItem(text=f"Yesterday I went kayaking on the river near the old mill, trip {i}.",
+                     speaker="Dana", session=f"s{i}", observed_at=day) for i, day in enumerate(days)],
+            scope="dana")
+    question = "When did Dana go kayaking near the old mill?"
+    assert asks_time(question) and not asks_time("Where did Dana go kayaking?")
+    stated = {}
+    for room in (True, False):
+        llm = reader()
+        r = mem.ask(question, scope="dana", llm=llm, mode="deep", budget=200,
+                    engine=EngineConfig(deep_scale=1.0, date_room=room)).receipt
+        prompt = llm.calls[-1][-1]["content"]
+        turns = [ln for ln in prompt.splitlines() if "kayaking" in ln and "Question" not in ln]
+        stated[room] = (sum("yesterday = " in ln.lower() for ln in turns), len(turns))
+        assert r.context_tokens <= int(0.95 * 200)
+    assert stated[True][0] == stated[True][1] > 0  # every turn shown has its date
+    assert stated[False][0] < stated[False][1]  # filled to the budget, most went without
+    mem.close()

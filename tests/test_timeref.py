@@ -51,3 +51,17 @@ def test_annotation_keeps_the_line_verbatim_and_adds_the_meaning():
     assert annotate(line, "I went to a conference.", THU) == line
     assert annotate("step 3: ran tests yesterday", "ran tests yesterday", None) == \
         "step 3: ran tests yesterday"
+
+
+@pytest.mark.parametrize(("question", "asks"), [
+    ("When did Melanie buy the figurines?", True),
+    ("How long has Melanie been practicing art?", True),
+    ("In what year did Caroline move?", True),
+    ("So when was the race?", True),
+    ("What did Caroline research?", False),
+    ("Where did Dana go kayaking?", False),
+    ("Would Caroline pursue writing as a career?", False),
+])
+def test_a_question_that_asks_when_is_told_from_one_that_does_not(question, asks):
+    from suffice._timeref import asks_time
+    assert asks_time(question) is asks

@@ -13,7 +13,17 @@ import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-__all__ = ["Resolution", "annotate", "resolve"]
+__all__ = ["Resolution", "annotate", "asks_time", "resolve"]
+
+_ASKS_TIME = re.compile(r"^\W*when\b|\bwhen (?:did|does|do|was|were|is|will|has|had)\b|"
+                        r"\b(?:what|which) (?:year|month|day|date|time|week|weekend)\b|"
+                        r"\bhow long\b|\bhow many (?:days|weeks|months|years)\b", re.I)
+
+
+def asks_time(question: str) -> bool:
+    """Does the question ask when something happened (or how long ago)? Then the stated dates
+    are worth more of the context than its last lines of evidence."""
+    return bool(_ASKS_TIME.search(question))
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
