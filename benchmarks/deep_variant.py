@@ -19,8 +19,8 @@ rerun (the VM's speed drifts between days) and to check its answers still match.
 ``--deep-model`` names the model that writes the deep answer (as ``bench progressive
 --deep-model``); ``--every N`` runs every Nth recorded question only (a same-day timing sample);
 ``--cache`` keeps every model call, so a stopped run loses at most the call under way;
-``--limit N`` takes the first N questions and ``--asks-time`` only those that ask when (the
-only ones ``EngineConfig.date_room`` changes: the other deep answers stay as recorded). With
+``--limit N`` takes the first N questions and ``--asks-time`` only those that ask when and
+whose prompt ``EngineConfig.date_room`` changes (the other answers stay as recorded). With
 ``--deep-model qwen2.5-1.5b --set deep_scale=1`` this records what auto answers an early stop
 with under ``EngineConfig(stop_reader="deep")``: the deep model over the fast budget, with
 dates (docs/benchmarks.md section 7).
@@ -45,6 +45,20 @@ from suffice._timeref import asks_time
 def configs(pairs: list[str], mem: Memory) -> tuple[EngineConfig, RenderConfig]:
     """The memory's engine and render configs with ``name=value`` overrides applied."""
     return apply_overrides(parse_overrides(pairs), mem.engine_config, mem.render_config)  # type: ignore[return-value]
+
+
+def same_prompt(mem: Memory, question: str, scope: str, mode: str, budget: int, engine: EngineConfig,
+                render: RenderConfig) -> bool:
+    """Does the answer prompt stay the same with ``date_room`` off? (No model call.)"""
+    from suffice._llm import ScriptedLLM
+
+    prompts = []
+    for room in (engine.date_room, False):
+        probe = ScriptedLLM("<answer>-</answer>")
+        mem.ask(question, scope=scope, llm=probe, deep_llm=probe, mode=mode, budget=budget,  # type: ignore[arg-type]
+                engine=engine.replace(date_room=room), render=render)
+        prompts.append(probe.calls[-1])
+    return prompts[0] == prompts[1]
 
 
 def main() -> None:
@@ -97,6 +111,9 @@ def main() -> None:
             scope = key.split("#")[0]
             if mem.embedder is not None:  # embedded up front, as the progressive run does
                 mem.embedder.embed_query(rec["question"])
+            if args.asks_time and same_prompt(mem, rec["question"], scope, args.mode, args.budget,
+                                              engine, render):
+                continue  # date_room left this context as it was: the recorded answer stands
             ans = mem.ask(rec["question"], scope=scope, llm=llm, mode=args.mode, budget=args.budget,
                           engine=engine, render=render, deep_llm=deep_llm)
             out = {"variant": "deep-variant", "key": key, "answer": ans.text,
