@@ -49,11 +49,11 @@ def configs(pairs: list[str], mem: Memory) -> tuple[EngineConfig, RenderConfig]:
 
 def same_prompt(mem: Memory, question: str, scope: str, mode: str, budget: int, engine: EngineConfig,
                 render: RenderConfig) -> bool:
-    """Does the answer prompt stay the same with ``date_room`` off? (No model call.)"""
+    """Is the answer prompt the same with ``date_room`` on and off? (No model call.)"""
     from suffice._llm import ScriptedLLM
 
     prompts = []
-    for room in (engine.date_room, False):
+    for room in (True, False):
         probe = ScriptedLLM("<answer>-</answer>")
         mem.ask(question, scope=scope, llm=probe, deep_llm=probe, mode=mode, budget=budget,  # type: ignore[arg-type]
                 engine=engine.replace(date_room=room), render=render)
@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, help="keep model calls here (resumable to the call)")
     ap.add_argument("--limit", type=int, help="the first N recorded questions only")
     ap.add_argument("--asks-time", action="store_true",
-                    help="only questions that ask when (the only ones EngineConfig.date_room changes)")
+                    help="only questions that ask when and whose prompt EngineConfig.date_room changes")
     args = ap.parse_args()
     if args.merge and args.mode != "deep":
         ap.error("--merge replaces the deep results; it needs --mode deep")
