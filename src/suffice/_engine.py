@@ -545,7 +545,7 @@ class Engine:
         """The evidence rendered again, smaller by what its dates would take beyond ``room``.
 
         A render fills its budget, so the dates stated afterwards fit only in the slack it
-        leaves (on LoCoMo's time questions, 39 of 134 dates at 1k). One re-render at the room
+        leaves (on LoCoMo's temporal questions, 39 of 134 dates at 1k). One re-render at the room
         minus the missing tokens; the dates of what it shows then fit, or nearly."""
         if not text:
             return text, parts
