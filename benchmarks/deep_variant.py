@@ -86,9 +86,8 @@ def main() -> None:
     limit = args.limit or len(recs)
     if any("question" not in r for r in recs.values()):
         # Compact records (docs/results) leave out the text the dataset holds: take it from there.
-        from suffice._bench.qa import select
-        from suffice._datasets.locomo import load_locomo
-        by_key = {it.key: it.q for it in select(load_locomo(None), None)}
+        from suffice._bench.qa import items_by_key
+        by_key = {key: it.q for key, it in items_by_key().items()}
         for key, r in recs.items():
             q = by_key[key]
             r.setdefault("question", q.question)

@@ -79,15 +79,14 @@ def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -
     import time
 
     from suffice import Memory
-    from suffice._bench.progressive import _shown
-    from suffice._bench.qa import gold_finder, select
-    from suffice._datasets.locomo import load_locomo
+    from suffice._bench.progressive import holds_all_gold
+    from suffice._bench.qa import gold_finder, items_by_key
     from suffice._engine import Engine
     from suffice._llm.base import Ledger
     from suffice._route.sufficiency import router_tau
     from suffice._route.trained import TrainedRouter
 
-    by_key = {it.key: it for it in select(load_locomo(None), None)}
+    by_key = items_by_key()
     mem = Memory(store, create=False)
     engine = Engine(mem.store, mem.retriever, mem.renderer, None)  # type: ignore[arg-type]
     config = mem.engine_config
@@ -98,9 +97,7 @@ def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -
               for key in recs}
     same = 0
     for key, rec in recs.items():  # is the fast context still the one the run recorded?
-        g = gold(by_key[key])
-        shown = bool(g) and all(_shown(inputs[key], q, mem) for q in g)
-        same += shown == bool(rec.get("fast_has_all_gold"))
+        same += holds_all_gold(inputs[key], gold(by_key[key]), mem) == bool(rec.get("fast_has_all_gold"))
     print(f"evidence label today vs recorded: {same} of {len(recs)} agree")
     for folder in folders:
         rt = TrainedRouter(folder)

@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 
 from suffice import EngineConfig, Memory, make_llm
-from suffice._bench.qa import select
-from suffice._datasets.locomo import load_locomo
+from suffice._bench.qa import items_by_key
 
 
 def main() -> None:
@@ -27,7 +26,7 @@ def main() -> None:
     ap.add_argument("--deep-model", default="qwen2.5-1.5b")
     ap.add_argument("--out", type=Path, default=Path("runs/deep_sample.jsonl"))
     args = ap.parse_args()
-    items = {it.key: it for it in select(load_locomo(None), None)}
+    items = items_by_key()
     unknown = [k for k in args.keys if k not in items]
     if unknown:
         ap.error(f"no such question: {', '.join(unknown)}")

@@ -114,7 +114,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
                                      render=mem.render_config)
             gold = gold_seqs(item)
             rec["n_gold"] = len(gold)
-            rec["fast_has_all_gold"] = bool(gold) and all(_shown(inp, s, mem) for s in gold)
+            rec["fast_has_all_gold"] = holds_all_gold(inp, gold, mem)
             rec["prefix_has_all_gold"] = bool(gold) and gold <= {h.seq for h in inp.evidence.hits}
             rec["context_ms"] = rec["fast"]["receipt"]["stages_ms"].get("context", 0.0)
             scored = rec.setdefault("routers", {})
@@ -142,6 +142,11 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     tmp.replace(out)
     return counts
+
+
+def holds_all_gold(inp: RouterInput, gold: set[int], mem: Memory) -> bool:
+    """The issue's label: the fast context shows every gold evidence item."""
+    return bool(gold) and all(_shown(inp, s, mem) for s in gold)
 
 
 def _shown(inp: RouterInput, seq: int, mem: Memory) -> bool:

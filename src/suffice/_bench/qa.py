@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .._api import Memory
-from .._datasets.locomo import LocomoConversation, LocomoQuestion
+from .._datasets.locomo import LocomoConversation, LocomoQuestion, load_locomo
 from .._engine import Answer, Receipt
 from .._errors import ConfigError, ProviderError
 from .._llm.base import LLM, Ledger
@@ -56,6 +56,12 @@ def select(convs: Sequence[LocomoConversation], limit: int | None,
     return out
 
 
+def items_by_key() -> dict[str, QAItem]:
+    """Every scored LoCoMo question of the shared copy by its record key (``conv-26#19``): how
+    the scripts that rework recorded runs find a question's text, gold and scope."""
+    return {it.key: it for it in select(load_locomo(None), None)}
+
+
 def gold_finder(mem: Memory, scopes: Iterable[str]) -> Callable[[QAItem], set[int]]:
     """The gold evidence turns of a question as item seqs, from LoCoMo's dialogue ids.
 
@@ -73,8 +79,6 @@ def conversation_questions(store: str | Path, indexes: Sequence[int],
                            limit: int | None) -> tuple[Memory, list[QAItem]]:
     """The first ``limit`` questions (categories 1-4) of each chosen LoCoMo conversation, by
     index in the shared file, and a Memory at ``store`` that holds those conversations."""
-    from .._datasets.locomo import load_locomo
-
     convs = load_locomo()
     picked = [convs[i] for i in indexes]
     items = [it for c in picked for it in select([c], limit)]
