@@ -77,7 +77,8 @@ def _answerer(mem: Memory):  # type: ignore[no-untyped-def]
     def run(q: str) -> None:
         ans = ask(q, scope="dana", llm=llm, deep_llm=deep, mode="auto")
         r = ans.receipt
-        verdict = "enough: answer now" if r.path == "fast" else "not enough: go deep"
+        verdict = ("enough: answer from the fast context" if r.path == "fast"
+                   else "not enough: go deep, read wider")
         print(f"   router {r.router}: score {r.router_score:.2f} vs tau {r.tau:.2f} -> {verdict}"
               if r.router_score is not None else f"   router {r.router}: no score -> deep")
         print(f"A: {ans.text}")

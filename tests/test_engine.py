@@ -476,13 +476,13 @@ def test_an_early_stop_can_be_answered_by_the_deep_model_over_the_fast_budget(me
     fast_model, strong = reader(), ScriptedLLM("<answer>Figo, a grey cat</answer>", model="strong")
     ask = dict(question="What is the name of Dana's cat?", scope="dana", llm=fast_model, deep_llm=strong,
                router=always, mode="auto", tau=0.0, budget=300)
-    r = memory.ask(**ask, engine=EngineConfig(stop_reader="deep")).receipt
+    r = memory.ask(**ask).receipt  # stop_reader="deep", the default
     assert r.path == "fast" and r.model == "strong" and not fast_model.calls and len(strong.calls) == 1
     assert r.context_tokens <= int(0.95 * 300)  # the fast budget, not the deep one
     assert "model" in {lv.name for lv in r.levers} and "evidence" not in {lv.name for lv in r.levers}
     assert r.t_mem_ms < r.t_e2e_ms - r.stages_ms["aggregate"] + 1e-6  # writing the answer is not memory time
-    default = memory.ask(**ask).receipt  # stop_reader="fast": the fast reader answers the stop
-    assert default.path == "fast" and default.model == fast_model.model and len(strong.calls) == 1
+    cheap = memory.ask(**ask, engine=EngineConfig(stop_reader="fast")).receipt  # the fast reader answers
+    assert cheap.path == "fast" and cheap.model == fast_model.model and len(strong.calls) == 1
 
 
 def test_an_early_stop_whose_deep_model_fails_is_answered_by_the_fast_reader(memory):

@@ -255,14 +255,14 @@ class EngineConfig(_Config):
         "the context. Off by default: with the 0.5B model as agent they cost four calls a query "
         "for +0.9 F1 over fast (docs/benchmarks.md section 5), while a stronger reader over a "
         "wider render gained +15 (section 7). Not yet measured with a stronger agent model."))
-    stop_reader: StopReader = Field("fast", description=(
-        "Auto mode, on an early stop: the fast reader answers from the fast context ('fast'), "
-        "or the deep model does, from the same budget with its dates stated ('deep'; needs a "
-        "deep model and no tiered agent, else the fast reader answers). With a stronger deep "
-        "model, a 'fast' stop gives up the stronger reader as well as the wider evidence, "
-        "which the router cannot see: its label is whether the evidence is there. A 'deep' "
-        "stop gives up only the evidence, and costs about half a deep answer "
-        "(docs/benchmarks.md section 7)."))
+    stop_reader: StopReader = Field("deep", description=(
+        "Auto mode, on an early stop: the deep model answers from the fast budget with its "
+        "dates stated ('deep', the default; it needs a deep model and no tiered agent, else the "
+        "fast reader answers), or the fast reader from the fast context ('fast'). A 'deep' stop "
+        "gives up only the wider evidence, which is what the router judges, and costs about half "
+        "a deep answer. A 'fast' stop also gives up the stronger reader, which no router sees: "
+        "with the 1.5B as deep model it cost 15.6 F1 a stop on LoCoMo (docs/benchmarks.md "
+        "section 7). Choose 'fast' when a stop must cost no more than the fast path."))
     aggregator: Aggregator = Field("reader", description=(
         "Deep path: the reader answers from notes + context ('reader'), or one extra call "
         "merges the notes and flags conflicts ('llm')."))
