@@ -23,6 +23,7 @@ from suffice._train.sufficiency_data import (
     rationale,
     summary,
     verify,
+    width_examples,
     without,
 )
 
@@ -56,6 +57,21 @@ def test_every_label_is_what_the_context_shows(memory, examples):
         if e.n_gold == len(e.gold):  # one item per piece here
             assert e.label == all(shown)
         assert e.n_present <= e.n_gold
+
+
+def test_the_width_label_says_whether_twice_the_budget_shows_more_evidence(memory):
+    ex = build(memory, _questions(memory), "demo", DataConfig(budgets=(40, 80, 160, 300), fast_budget=80))
+    by = {(e.key, e.budget): e for e in ex if e.kind == "natural"}
+    for (key, b), e in by.items():
+        double = by.get((key, 2 * b))
+        assert e.wider_adds == (None if double is None else double.n_present > e.n_present)
+    assert all(e.wider_adds is None for e in ex if e.kind != "natural")
+    known = [e for e in by.values() if e.wider_adds is not None]
+    assert {e.wider_adds for e in known} == {True, False}  # this history has both cases
+    relabelled = width_examples(ex)
+    assert len(relabelled) == len(known)
+    assert all(r.label == (not r.wider_adds) and r.kind == "natural" for r in relabelled)
+    assert all(("go deep" in r.rationale) == bool(r.wider_adds) for r in relabelled)
 
 
 def test_dropping_the_gold_makes_every_context_insufficient(examples):
@@ -212,7 +228,22 @@ def test_the_card_carries_tau_features_and_encoder(trained):
     assert card["kind"] == "router" and card["tau"] == report.tau
     assert card["element_features"] == list(ELEMENT_FEATURES) and card["encoder"]
     router = TrainedRouter(out)
-    assert router.tau == report.tau and router.name == "trained"
+    assert router.tau == report.tau and router.name == "trained" and router.target == "evidence"
+
+
+def test_a_width_router_says_what_its_score_means(trained, memory, tmp_path):
+    _mem, _ex, _net, _report, out = trained
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "model.onnx").write_bytes((out / "model.onnx").read_bytes())
+    card = json.loads((out / "card.json").read_text())
+    (wide / "card.json").write_text(json.dumps({**card, "target": "width"}))
+    engine = Engine(memory.store, memory.retriever, memory.renderer, None)  # type: ignore[arg-type]
+    inp = engine.route_input("What is the name of Dana's cat?", scope="dana", config=memory.engine_config,
+                             retrieval=memory.retrieval, render=memory.render_config)
+    d = TrainedRouter(wide).score(inp)
+    assert TrainedRouter(wide).target == "width" and "no more evidence wider" in d.reason
+    assert "all evidence here" in TrainedRouter(out).score(inp).reason
 
 
 def test_a_router_fit_to_other_features_is_refused(trained, tmp_path):
@@ -275,3 +306,26 @@ def test_cross_validation_holds_out_whole_groups(trained):
         assert not set(f["held_out"]) & set(f["validation"])
     train_g, val_g = split_groups(["a", "b", "c", "d", "e", "f", "g"])
     assert val_g and not set(train_g) & set(val_g) and sorted(train_g + val_g) == list("abcdefg")
+
+
+def test_several_validation_histories_are_spread_and_one_always_trains():
+    from suffice._train.router import split_groups
+
+    assert split_groups(list("abcdefg"), n_val=1) == split_groups(list("abcdefg"))
+    train_g, val_g = split_groups(list("gfedcba"), n_val=2)
+    assert val_g == ["b", "f"] and train_g == list("acdeg")
+    assert split_groups(["a", "b"], n_val=5) == (["a"], ["b"])
+
+
+def test_tau_can_be_set_by_what_width_would_add_while_the_router_learns_the_evidence_label(memory):
+    from suffice._train.router import RouterTrainConfig, calibrate, judged, predict, train
+
+    ex = build(memory, _questions(memory), "demo", DataConfig(budgets=(100, 200, 400), fast_budget=200))
+    config = RouterTrainConfig(epochs=1, beta=0.0, eval_budget=200, calibrate_on="width")
+    net, report = train(ex, ex, config)
+    val = judged(ex, 200)
+    scores = predict(net, val).tolist()
+    expected = calibrate(scores, [not e.wider_adds for e in val], config.precision)
+    assert (report.tau, report.val_early_rate, report.val_precision) == expected
+    with pytest.raises(ValueError, match="twice the budget"):  # no render at 800 to compare with
+        train(ex, ex, RouterTrainConfig(epochs=1, beta=0.0, eval_budget=400, calibrate_on="width"))

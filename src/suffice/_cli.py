@@ -1477,12 +1477,24 @@ def train_router_cmd(
         "Weight of the rationale distillation term (0: the ablation without it)."))] = 0.5,
     epochs: Annotated[int, typer.Option(min=1, max=500)] = 24,
     precision: Annotated[float, typer.Option(min=0.0, max=1.0, help=(
-        "tau: the smallest threshold whose early stops hold all gold evidence this often on "
-        "the validation conversations."))] = 0.9,
+        "tau: the smallest threshold whose early stops hold all gold evidence (--target width: "
+        "lose none to width) this often on the validation conversations."))] = 0.9,
     stop_rate: Annotated[float | None, typer.Option(min=0.01, max=1.0, help=(
         "tau instead: the largest threshold at which at least this share of validation "
         "contexts stop early (a time budget, for auto with stop_reader='deep')."))] = None,
+    val_histories: Annotated[int | None, typer.Option(min=1, max=1000, help=(
+        "Histories (conversations, episodes) held out of training to choose the checkpoint and "
+        "tau on, spread over the sorted names (default: a seventh of them, at least one); more "
+        "give a steadier tau."))] = None,
     budget: Annotated[int, typer.Option(help="The reader's context budget the router judges.")] = 1000,
+    target: Annotated[str, typer.Option(help=(
+        "What the router predicts. evidence: the context holds all the gold evidence (the "
+        "interventions apply). width: reading twice as wide would show no more of it, so a stop "
+        "answered by the deep model loses nothing (natural contexts only)."))] = "evidence",
+    calibrate_on: Annotated[str, typer.Option(help=(
+        "What --precision is measured against when tau is set: width (the render at twice the "
+        "budget shows no more evidence: all that an early stop gives up when the deep model "
+        "answers it, the engine's default) or label (what the router learns)."))] = "width",
     work: Annotated[Path | None, typer.Option(help=(
         "Folder for the dataset stores (kept and reused by later runs; default: a temporary one)."))] = None,
     verify_model: Annotated[str | None, typer.Option(help=(
@@ -1506,9 +1518,15 @@ def train_router_cmd(
         from ._train import router as rt
         from ._train import sufficiency_data as sd
         datasets = dataset or ["locomo"]
+        if target not in ("evidence", "width"):
+            fail(f"--target must be evidence or width, got {target!r}")
+        if calibrate_on not in ("label", "width"):
+            fail(f"--calibrate-on must be label or width, got {calibrate_on!r}")
         cfg = rt.RouterTrainConfig(epochs=epochs, beta=beta, precision=precision, stop_rate=stop_rate,
-                                   eval_budget=budget, threads=threads)
-        dcfg = sd.DataConfig(fast_budget=budget, budgets=tuple(sorted({budget // 2, budget, 2 * budget})))
+                                   eval_budget=budget, threads=threads, calibrate_on=calibrate_on)
+        budgets = {budget // 2, budget, 2 * budget} | ({4 * budget} if target == "width" else set())
+        dcfg = sd.DataConfig(fast_budget=budget, budgets=tuple(sorted(budgets)),
+                             interventions=target == "evidence")
         t0 = time.perf_counter()
         with fold_progress() as report, tempfile.TemporaryDirectory() as tmp:
             encoder = configured_embedder()
@@ -1524,16 +1542,19 @@ def train_router_cmd(
                 say(f"verification dropped {dropped} negative(s) the model still answered")
             if rationale_model:
                 examples = sd.llm_rationales(examples, make_llm("local", model_path=rationale_model))
+            if target == "width":
+                examples = sd.width_examples(examples)
             built_s = time.perf_counter() - t0
             summary = sd.summary(examples)
-            cv = rt.cross_validate(examples, folds, cfg, progress=report) if folds else None
-            train_groups, val_groups = rt.split_groups([e.group for e in examples])
+            cv = (rt.cross_validate(examples, folds, cfg, n_val=val_histories, progress=report)
+                  if folds else None)
+            train_groups, val_groups = rt.split_groups([e.group for e in examples], n_val=val_histories)
             tr = [e for e in examples if e.group in set(train_groups)]
             va = [e for e in examples if e.group in set(val_groups)]
             net, rep = rt.train(tr, va, cfg, report)
         card = {"encoder": getattr(encoder, "name", "") or _default_encoder_name(),
                 "datasets": datasets, "excluded": sorted(exclude or []), "trained_on": train_groups,
-                "validation": val_groups, "budget": budget, "data": summary,
+                "validation": val_groups, "budget": budget, "target": target, "data": summary,
                 "train_config": {f: getattr(cfg, f) for f in cfg.__dataclass_fields__},
                 "report": rep.summary(), "history": rep.history, "cross_validation": cv,
                 "tau": rep.tau, "build_s": round(built_s, 1), "total_s": round(time.perf_counter() - t0, 1),

@@ -50,6 +50,9 @@ class TrainedRouter:
         self.name = "trained"
         self.model = name
         self.card = card
+        self.target = str(card.get("target", "evidence"))
+        """What the score predicts: the context holds all the evidence ("evidence"), or reading
+        twice as wide would show no more of it ("width")."""
         self.tau = float(card.get("tau", DEFAULT_TAU))
         """The threshold calibrated on validation conversations (the engine's default tau)."""
         self.encoder = str(card.get("encoder", ""))
@@ -81,7 +84,9 @@ class TrainedRouter:
                 "mask": np.ones((1, n), np.float32) if n else np.zeros((1, 1), np.float32)}
         with self._lock:
             p = float(np.asarray(self._sess.run(None, feed)[0]).reshape(-1)[0])
-        return RouterDecision(p, f"trained router {self.model}: {p:.3f} over {n} item(s)", _ms(t0))
+        said = "no more evidence wider" if self.target == "width" else "all evidence here"
+        return RouterDecision(p, f"trained router {self.model} (P[{said}]): {p:.3f} over {n} item(s)",
+                              _ms(t0))
 
 
 def shipped_router_dir() -> Path | None:

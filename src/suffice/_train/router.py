@@ -22,7 +22,9 @@ their values at the start). At inference no rationale exists and none is needed.
 **Checkpoint and threshold** are chosen on a validation split of whole conversations (episodes),
 on natural contexts at the reader's budget: the epoch with the best AUC there, and the smallest
 tau at which the contexts the router lets stop hold all gold evidence at least ``precision`` of
-the time (most early exits under a quality floor).
+the time (most early exits under a quality floor). With ``calibrate_on="width"`` the floor is on
+what a stop gives up when the deep model answers it: the stopped contexts are those whose
+render at twice the budget would show no more of the evidence.
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ class RouterTrainConfig:
     ``EngineConfig(stop_reader="deep")`` auto costs about ``s * r + (1 - s)`` of deep's time at
     stop rate ``s``, ``r`` being a stop's time over a deep answer's, so a target share of deep's
     time fixes the stop rate it needs (docs/benchmarks.md section 7)."""
+    calibrate_on: str = "label"
+    """What tau's precision is measured against on validation: the training label ("label"),
+    or "width": the wider render shows no more evidence (:attr:`SufficiencyExample.wider_adds`),
+    what a stop answered by the deep model gives up. The router still learns the label.
+    ``suffice train router`` defaults to "width", the engine's default stop (docs/benchmarks.md
+    section 7); this default stays "label" for data without the wider renders."""
     eval_budget: int = 1000
     """Natural contexts of this budget (the reader's) choose the checkpoint and tau."""
     teacher_tokens: int = 256
@@ -416,8 +424,16 @@ def train(train_set: Sequence[SufficiencyExample], val_set: Sequence[Sufficiency
     if val:
         scores = predict(net, val).tolist()
         report.val_auc = auc(scores, [e.label for e in val])
+        if config.calibrate_on == "width":
+            known = [(s, not e.wider_adds) for s, e in zip(scores, val, strict=True)
+                     if e.wider_adds is not None]
+            if not known:
+                raise ValueError("calibrate_on='width' needs validation renders at twice the budget")
+            on_scores, on_labels = [s for s, _ in known], [y for _, y in known]
+        else:
+            on_scores, on_labels = scores, [e.label for e in val]
         report.tau, report.val_early_rate, report.val_precision = calibrate(
-            scores, [e.label for e in val], config.precision, config.stop_rate)
+            on_scores, on_labels, config.precision, config.stop_rate)
     return net, report
 
 
@@ -453,19 +469,27 @@ def export_router(net: Any, out_dir: Path, card: dict[str, Any]) -> Path:
     return out_dir
 
 
-def split_groups(groups: Sequence[str], val_share: float = 1 / 7) -> tuple[list[str], list[str]]:
+def split_groups(groups: Sequence[str], val_share: float = 1 / 7,
+                 n_val: int | None = None) -> tuple[list[str], list[str]]:
     """(train, validation) groups: every ``round(1/val_share)``-th group, in sorted order, goes
-    to validation (at least one when there are two or more)."""
+    to validation (at least one when there are two or more). With ``n_val``, that many groups
+    spread evenly over the sorted order instead (at least one group always trains): a threshold
+    calibrated on one conversation moved with it (docs/benchmarks.md section 7)."""
     ordered = sorted(set(groups))
     if len(ordered) < 2:
         return ordered, []
-    step = max(2, round(1 / max(val_share, 1e-6)))
-    val = ordered[step // 2::step] or ordered[:1]
+    if n_val is not None:
+        n = max(1, min(n_val, len(ordered) - 1))
+        picks = {int((j + 0.5) * len(ordered) / n) for j in range(n)}
+        val = [g for i, g in enumerate(ordered) if i in picks]
+    else:
+        step = max(2, round(1 / max(val_share, 1e-6)))
+        val = ordered[step // 2::step] or ordered[:1]
     return [g for g in ordered if g not in val], val
 
 
 def cross_validate(examples: Sequence[SufficiencyExample], k: int, config: RouterTrainConfig,
-                   groups: Sequence[str] | None = None,
+                   groups: Sequence[str] | None = None, n_val: int | None = None,
                    progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """K-fold by group: each fold's router is trained on the other folds (with a validation
     group of its own) and judged on its fold's natural contexts at the reader's budget.
@@ -480,7 +504,8 @@ def cross_validate(examples: Sequence[SufficiencyExample], k: int, config: Route
     for i, held in enumerate(folds(names, k)):
         held_set = set(held)
         rest = [e for e in examples if e.group not in held_set]
-        tr_groups, val_groups = split_groups([e.group for e in rest if e.group in set(names)])
+        tr_groups, val_groups = split_groups([e.group for e in rest if e.group in set(names)],
+                                                n_val=n_val)
         val_set = set(val_groups)
         tr = [e for e in rest if e.group not in val_set]
         va = [e for e in rest if e.group in val_set]

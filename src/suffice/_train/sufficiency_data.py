@@ -84,6 +84,9 @@ class SufficiencyExample:
     features: RouterFeatures
     gold: tuple[int, ...] = ()
     """The gold items (any item of a piece counts), for the per-item auxiliary target."""
+    wider_adds: bool | None = None
+    """Natural renders only, where the render at twice this budget was made too: does that
+    wider render show more pieces of the evidence? (None: not known.)"""
 
     def item_labels(self) -> list[bool]:
         """For each item the router reads (``features.seqs``): is it gold evidence?"""
@@ -203,8 +206,13 @@ def build(mem: Memory, questions: Sequence[Question], dataset: str, config: Data
             return mem.renderer.render(q.scope, q.query, budget, config=mem.render_config,
                                        retrieval=retrieval, ranking=rk)
 
+        first = len(out)
         for b in config.budgets:
             add("natural", b, render(ranking, b), ranking)
+        naturals = {e.budget: i for i, e in enumerate(out[first:], first)}
+        for b, i in naturals.items():
+            if 2 * b in naturals:
+                out[i] = replace(out[i], wider_adds=out[naturals[2 * b]].n_present > out[i].n_present)
         add("prefix", 0, None, ranking)
         if config.interventions and gold:
             fb = config.fast_budget
@@ -224,6 +232,24 @@ def build(mem: Memory, questions: Sequence[Question], dataset: str, config: Data
                 add("promote", fb, render(up, fb), up)
         if progress is not None:
             progress(1)
+    return out
+
+
+def width_examples(examples: Sequence[SufficiencyExample]) -> list[SufficiencyExample]:
+    """The natural contexts whose double was rendered, relabelled for the *width* target:
+    ``label`` is true when reading twice as wide would show no more of the evidence, so a stop
+    there loses nothing a wider deep read would have found (docs/benchmarks.md section 7).
+
+    Where the deep model answers a stop from the same budget, the only thing a stop gives up is
+    that width: a question whose gold is missing from both contexts gains nothing from going
+    deep, and the evidence label would still send it there."""
+    out = []
+    for e in examples:
+        if e.kind != "natural" or e.wider_adds is None:
+            continue
+        verdict = ("Reading twice as wide shows more of the evidence: go deep." if e.wider_adds
+                   else "Reading twice as wide shows no more of the evidence: stop here.")
+        out.append(replace(e, label=not e.wider_adds, rationale=f"{e.rationale} {verdict}"))
     return out
 
 
