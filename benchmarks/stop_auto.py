@@ -15,6 +15,11 @@ Inputs, all per-question JSONL:
 code (``--store`` must hold the conversations; no model call), so a router trained after the
 run, e.g. with ``--stop-rate``, is composed at its own calibrated tau too.
 
+It also labels every question by *width* (does the render at twice the reader's budget show
+more of the gold evidence than the fast context?), the target of ``suffice train router
+--target width``, and reports each router's AUC against it and the auto of a router perfect on
+it.
+
 Per router and tau it reports auto's F1 with fast stops (today's default) and with deep-model
 stops, the stop rate, and paired intervals against deep. Where the sample exists it also gives
 the time as a share of deep's: ``s * r + (1 - s)``, with ``s`` the stop rate and ``r`` the stop
@@ -38,8 +43,8 @@ from suffice._bench.report import envelope, markdown_table, paired_bootstrap, re
 TAUS = (0.3, 0.4, 0.5, 0.6, 0.7)
 
 
-def compose(recs: dict[str, dict[str, Any]], stop: dict[str, dict[str, Any]], r: float | None
-            ) -> dict[str, Any]:
+def compose(recs: dict[str, dict[str, Any]], stop: dict[str, dict[str, Any]], r: float | None,
+            wider: dict[str, bool] | None = None) -> dict[str, Any]:
     keys = [k for k in recs if k in stop]
     deep = [100 * recs[k]["deep"]["f1"] for k in keys]
     fast = [100 * recs[k]["fast"]["f1"] for k in keys]
@@ -67,11 +72,31 @@ def compose(recs: dict[str, dict[str, Any]], stop: dict[str, dict[str, Any]], r:
         for label, t in taus.items():
             row(f"auto[{name}] {label}", [bool(d["ok"] and d["score"] >= t) for d in scores])
     row("oracle on the evidence label", [bool(recs[k].get("fast_has_all_gold")) for k in keys])
+    if wider:
+        row("oracle on the width label", [not wider.get(k, False) for k in keys])
     return {"n": len(keys), "f1": {"fast": statistics.fmean(fast), "deep": statistics.fmean(deep),
                                    "stop_path": statistics.fmean(stopped)},
             "stop_path_minus_deep": paired_bootstrap(stopped, deep),
             "stop_path_minus_fast": paired_bootstrap(stopped, fast), "time_ratio_stop_over_deep": r,
             "rows": rows}
+
+
+def width_labels(keys: list[str], store: Path) -> dict[str, bool]:
+    """Per question: does the render at twice the reader's budget show more pieces of the gold
+    evidence than the fast one? The label a ``--target width`` router is trained on, made by the
+    same code (no model call)."""
+    from suffice import Memory
+    from suffice._bench import retrieval
+    from suffice._train import sufficiency_data as sd
+
+    mem = Memory(store, create=False)
+    budget = mem.engine_config.reader_budget
+    wanted = set(keys)
+    qs = [q for q in retrieval.load_set("locomo", None).questions(mem) if f"{q.group}#{q.index}" in wanted]
+    examples = sd.build(mem, qs, "locomo", sd.DataConfig(budgets=(budget, 2 * budget), fast_budget=budget,
+                                                         interventions=False))
+    mem.close()
+    return {e.key: bool(e.wider_adds) for e in examples if e.kind == "natural" and e.budget == budget}
 
 
 def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -> None:
@@ -104,7 +129,8 @@ def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -
         for key, rec in recs.items():
             t = time.perf_counter()
             d = rt.score(inputs[key], ledger=Ledger())
-            rec["routers"][f"trained:{rt.model}"] = {
+            # Named by folder: two folders may hold one network with different taus.
+            rec["routers"][f"trained:{folder.name}"] = {
                 "score": d.score, "ok": d.ok, "ms": (time.perf_counter() - t) * 1e3, "cost_usd": 0.0,
                 "tau": router_tau(rt)}
     mem.close()
@@ -134,7 +160,9 @@ def main() -> None:
                                       for k in shared)
                      / statistics.fmean(sample[k]["receipt"]["t_e2e_ms"] for k in shared))
             print(f"time ratio stop/deep on {len(shared)} questions: {ratio:.3f}")
-    res = compose(recs, stop, ratio)
+    wider = width_labels(list(recs), args.store)
+    print(f"the 2x render shows more gold on {sum(wider.values())} of {len(wider)} questions")
+    res = compose(recs, stop, ratio, wider)
     labelled = [r for r in recs.values() if r.get("n_gold", 1) > 0]
     res["auc_fast_has_all_gold"] = {
         name: auc([r["routers"][name]["score"] for r in labelled],
@@ -142,6 +170,12 @@ def main() -> None:
         for name in sorted({n for r in labelled for n in r["routers"]})}
     print("AUC vs the fast context holds all gold (all recorded questions):",
           {k: None if v is None else round(v, 3) for k, v in res["auc_fast_has_all_gold"].items()})
+    known = [k for k in recs if k in wider]
+    res["auc_width_adds_nothing"] = {
+        name: auc([recs[k]["routers"][name]["score"] for k in known], [not wider[k] for k in known])
+        for name in sorted({n for k in known for n in recs[k]["routers"]})}
+    print("AUC vs the 2x render shows no more gold:",
+          {k: None if v is None else round(v, 3) for k, v in res["auc_width_adds_nothing"].items()})
     print(f"n={res['n']}  F1 fast {res['f1']['fast']:.1f}  stop path {res['f1']['stop_path']:.1f}  "
           f"deep {res['f1']['deep']:.1f}")
 
