@@ -82,21 +82,31 @@ def compose(recs: dict[str, dict[str, Any]], stop: dict[str, dict[str, Any]], r:
 
 
 def width_labels(keys: list[str], store: Path) -> dict[str, bool]:
-    """Per question: does the render at twice the reader's budget show more pieces of the gold
-    evidence than the fast one? The label a ``--target width`` router is trained on, made by the
-    same code (no model call)."""
+    """Per question with gold evidence: does the render at twice the reader's budget show more
+    of it than the fast context? The label ``bench progressive`` records as ``wider_adds`` (and
+    ``suffice train router --target width`` learns; the two agree on all 148 here), made now
+    because the recorded run predates it. No model call."""
     from suffice import Memory
-    from suffice._bench import retrieval
-    from suffice._train import sufficiency_data as sd
+    from suffice._bench.progressive import gold_shown
+    from suffice._bench.qa import gold_finder, items_by_key
+    from suffice._engine import Engine
 
+    by_key = items_by_key()
     mem = Memory(store, create=False)
-    budget = mem.engine_config.reader_budget
-    wanted = set(keys)
-    qs = [q for q in retrieval.load_set("locomo", None).questions(mem) if f"{q.group}#{q.index}" in wanted]
-    examples = sd.build(mem, qs, "locomo", sd.DataConfig(budgets=(budget, 2 * budget), fast_budget=budget,
-                                                         interventions=False))
+    engine = Engine(mem.store, mem.retriever, mem.renderer, None)  # type: ignore[arg-type]
+    config = mem.engine_config
+    gold = gold_finder(mem, {by_key[k].scope for k in keys})
+    out = {}
+    for key in keys:
+        it, g = by_key[key], gold(by_key[key])
+        if not g:
+            continue
+        fast, wide = (engine.route_input(it.q.question, scope=it.scope, config=c, retrieval=mem.retrieval,
+                                         render=mem.render_config)
+                      for c in (config, config.replace(reader_budget=2 * config.reader_budget)))
+        out[key] = gold_shown(wide, g, mem) > gold_shown(fast, g, mem)
     mem.close()
-    return {e.key: bool(e.wider_adds) for e in examples if e.kind == "natural" and e.budget == budget}
+    return out
 
 
 def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -> None:

@@ -106,6 +106,21 @@ def test_a_router_perfect_on_the_evidence_label_is_scored_against_the_target(tmp
     assert name not in summarize(legacy, taus=(0.5,))["rows"]
 
 
+def test_a_router_perfect_on_the_width_label_goes_deep_only_where_twice_the_budget_shows_more(tmp_path):
+    path = tmp_path / "p.jsonl"
+    recs = [_rec("a", 1.0, 1.0, 0.9), _rec("b", 0.0, 1.0, 0.1), _rec("c", 0.0, 0.0, 0.8)]
+    for r, wider in zip(recs, (False, True, False), strict=True):
+        r["wider_adds"], r["fast_has_all_gold"] = wider, r["key"] == "a"
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    s = summarize(path, taus=(0.5,))
+    row = s["rows"]["oracle on the width label (stop unless twice the budget shows more gold)"]
+    assert row["early_rate"] == pytest.approx(200 / 3) and row["f1"] == pytest.approx(200 / 3)
+    assert s["auc"]["r"]["wider_adds_nothing"] == 1.0  # b, the one width helps, scores lowest
+    legacy = tmp_path / "old.jsonl"
+    legacy.write_text(json.dumps(_rec("a", 1.0, 1.0, 0.9)) + "\n")
+    assert "wider_adds_nothing" not in summarize(legacy, taus=(0.5,))["auc"]["r"]
+
+
 def test_auto_whose_stops_the_deep_model_answers_is_composed_from_the_stop_path(tmp_path):
     # a: the fast reader misses what the deep model reads in the same fast context.
     path = tmp_path / "p.jsonl"
@@ -227,3 +242,26 @@ def test_the_stop_path_is_what_auto_answers_an_early_stop_with_under_stop_reader
     assert strong.calls[-1] == strong.calls[1]  # the very prompt the stop path recorded
     assert run(memory, small, [item], out, budget=600, gold_seqs=lambda item: set(), deep_llm=strong,
                stop_path=True)["ran"] == 0
+
+
+def test_verify_checks_a_deep_model_stop_against_the_stop_path_and_a_fast_stop_against_fast(
+        tmp_path, memory):
+    from suffice._bench.progressive import run, verify
+    from suffice._bench.qa import QAItem
+    from suffice._datasets.locomo import LocomoQuestion
+    from suffice._llm import ScriptedLLM
+    from suffice._route import ScoreRouter
+
+    small = ScriptedLLM("<answer>no idea</answer>")
+    strong = ScriptedLLM("<answer>Figo</answer>", model="strong")
+    item = QAItem("dana#0", "dana", 0, LocomoQuestion("What is the name of Dana's cat?", "Figo", 4, ()))
+    out = tmp_path / "p.jsonl"
+    for stop_path in (True, False):
+        run(memory, small, [item], out, budget=600, gold_seqs=lambda item: {1}, deep_llm=strong,
+            stop_path=stop_path)
+        v = verify(memory, small, [item], out, n=1, tau=0.0, budget=600, router=ScoreRouter(),
+                   deep_llm=strong)
+        assert v["same_path"] == v["same_answer"] == 1, v["mismatches"]
+        rec = json.loads(out.read_text())
+        assert ("stop" in rec) == stop_path and "wider_adds" in rec
+        out.unlink()

@@ -816,7 +816,7 @@ def bench_progressive(
         summary = progressive.summarize(out_path, tau_list, {i.key for i in items})
         if verify > 0:
             summary["verify"] = progressive.verify(mem, llm, items, out_path, n=verify,
-                                                   tau=verify_tau, budget=budget)
+                                                   tau=verify_tau, budget=budget, deep_llm=deep_llm)
             v = summary["verify"]
             say(f"verify: auto[{v['router']}] tau={v['tau']} run for real on {v['n']} "
                 f"questions: {v['same_path']} took the recorded path, {v['same_answer']} "

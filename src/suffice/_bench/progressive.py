@@ -10,7 +10,12 @@ runs auto for real on N recorded questions and reports how many agree).
 
 With ``stop_path``, a third path is recorded: the deep model over the fast budget (with dates),
 which is what auto answers on an early stop under ``EngineConfig(stop_reader="deep")``; the
-summary then composes auto both ways (``... stop=deep`` rows use it).
+summary then composes auto both ways (``... stop=deep`` rows use it; the engine's default).
+
+Two evidence labels are kept per question, both by looking, with no model call: does the fast
+context show all the gold evidence (``fast_has_all_gold``), and does the render at twice its
+budget show more of it (``wider_adds``, the width label: all that a deep-model stop gives up).
+Routers are scored against both, and a router perfect on each is composed as an oracle row.
 
 Per-question records go to a JSONL file. A rerun reuses what is recorded: each path's result is
 kept while its fingerprint (models, budget, configs, prompt version) is unchanged and run again
@@ -76,6 +81,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
     rts = routers(llm, extra_routers)
     engine = Engine(mem.store, mem.retriever, mem.renderer, llm)
     config = mem.engine_config.replace(reader_budget=budget)
+    wide_config = config.replace(reader_budget=2 * budget)  # for the width label
     stop_config = mem.engine_config.stop_config()
     counts = {"ran": 0, "reused": 0, "routers_scored": 0}
     fresh: dict[str, dict[str, Any]] = {}
@@ -116,6 +122,9 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
             rec["n_gold"] = len(gold)
             rec["fast_has_all_gold"] = holds_all_gold(inp, gold, mem)
             rec["prefix_has_all_gold"] = bool(gold) and gold <= {h.seq for h in inp.evidence.hits}
+            wide = engine.route_input(q.question, scope=item.scope, config=wide_config,
+                                      retrieval=mem.retrieval, render=mem.render_config)
+            rec["wider_adds"] = gold_shown(wide, gold, mem) > gold_shown(inp, gold, mem)
             rec["context_ms"] = rec["fast"]["receipt"]["stages_ms"].get("context", 0.0)
             scored = rec.setdefault("routers", {})
             for rt in rts:
@@ -149,6 +158,13 @@ def holds_all_gold(inp: RouterInput, gold: set[int], mem: Memory) -> bool:
     return bool(gold) and all(_shown(inp, s, mem) for s in gold)
 
 
+def gold_shown(inp: RouterInput, gold: set[int], mem: Memory) -> int:
+    """How many of the gold evidence items the context shows. The width label compares the
+    fast context's count with the render at twice its budget: the one thing an early stop
+    that the deep model answers gives up."""
+    return sum(_shown(inp, s, mem) for s in gold)
+
+
 def _shown(inp: RouterInput, seq: int, mem: Memory) -> bool:
     """Is item ``seq`` in the fast context: its whole text, or (too long to show whole) a piece?"""
     from .._train.sufficiency_data import shown
@@ -161,13 +177,16 @@ def _shown(inp: RouterInput, seq: int, mem: Memory) -> bool:
 
 
 def verify(mem: Memory, llm: LLM, items: Sequence[QAItem], path: Path, *, n: int, tau: float,
-           budget: int, router: SufficiencyRouter | None = None) -> dict[str, Any]:
+           budget: int, router: SufficiencyRouter | None = None,
+           deep_llm: LLM | None = None) -> dict[str, Any]:
     """Run auto(tau) for real on ``n`` recorded questions (spread over the run) and compare.
 
     The table composes auto from the recorded fast and deep results; with greedy decoding a
     real auto run must take the same path and give the same answer. A mismatch means the
     composition is wrong, decoding is not deterministic, or the code changed since the
-    records were written.
+    records were written. With ``deep_llm`` (the run's deep model), an early stop is checked
+    against the recorded stop path where there is one (``stop_reader="deep"``), else against
+    the fast path (auto is then run with ``stop_reader="fast"``).
     """
     rt = router or ScoreRouter()
     recs = {r["key"]: r for r in read_results(path)}
@@ -179,11 +198,15 @@ def verify(mem: Memory, llm: LLM, items: Sequence[QAItem], path: Path, *, n: int
     pick = _auto_pick(rt.name, tau)
     for it in chosen:
         rec = recs[it.key]
-        mode = "fast" if pick(rec)[3] else "deep"
+        early = pick(rec)[3]
+        by_deep = early and deep_llm is not None and "stop" in rec
+        mode = "stop" if by_deep else "fast" if early else "deep"
         # The recorded path, not the mode: a deep run whose agents found nothing was answered
-        # by the fast path, and says so on its receipt.
-        want = rec[mode]["receipt"]["path"]
-        ans = mem.ask(it.q.question, scope=it.scope, llm=llm, mode="auto", router=rt, tau=tau, budget=budget)
+        # by the fast path, and says so on its receipt. A stop is on the fast path whoever reads.
+        want = "fast" if by_deep else rec[mode]["receipt"]["path"]
+        engine = mem.engine_config.replace(stop_reader="deep" if by_deep else "fast")
+        ans = mem.ask(it.q.question, scope=it.scope, llm=llm, mode="auto", router=rt, tau=tau, budget=budget,
+                      deep_llm=deep_llm, engine=engine)
         same_path = ans.receipt.path == want
         same_answer = ans.text == rec[mode]["answer"]
         out["same_path"] += same_path
@@ -249,6 +272,15 @@ def _oracle(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool, int]
     return (r["fast"] if early else r["deep"]), 0.0, 0.0, early, 0
 
 
+def _width_oracle(stop: str = "fast") -> Pick:
+    """A router never wrong about the width label: it stops unless the render at twice the
+    budget shows more of the gold evidence."""
+    def pick(r: dict[str, Any]) -> tuple[dict[str, Any], float, float, bool, int]:
+        early = not r.get("wider_adds", False)
+        return (r[stop] if early else r["deep"]), 0.0, 0.0, early, 0
+    return pick
+
+
 def _evidence_oracle(stop: str = "fast") -> Pick:
     """A router that is never wrong about the evidence label: it stops exactly where the fast
     context holds all the gold evidence. What an AUC of 1.0 on that label would earn, so a run
@@ -261,6 +293,7 @@ def _evidence_oracle(stop: str = "fast") -> Pick:
 
 ORACLE = "oracle (best path per question)"
 EVIDENCE_ORACLE = "oracle on the evidence label (stop where the fast context holds all gold)"
+WIDTH_ORACLE = "oracle on the width label (stop unless twice the budget shows more gold)"
 STOP_DEEP = "stop=deep"
 """Marks the rows whose early stops the deep model answers over the fast budget."""
 MAX_F1_LOSS = 1.0
@@ -286,8 +319,11 @@ def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = 
             picks[f"auto[{name}] tau=calibrated({t:.2f})"] = _auto_pick(name, None)
     picks[ORACLE] = _oracle
     labelled = any("fast_has_all_gold" in r for r in recs)
+    widths = bool(recs) and all("wider_adds" in r for r in recs)
     if labelled:
         picks[EVIDENCE_ORACLE] = _evidence_oracle()
+    if widths:
+        picks[WIDTH_ORACLE] = _width_oracle()
     # Auto whose early stops the deep model answers (stop_reader="deep"), where recorded.
     both = bool(recs) and all("stop" in r for r in recs)
     if both:
@@ -299,6 +335,8 @@ def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = 
                     _auto_pick(name, None, "stop")
         if labelled:
             picks[f"{EVIDENCE_ORACLE} {STOP_DEEP}"] = _evidence_oracle("stop")
+        if widths:
+            picks[f"{WIDTH_ORACLE} {STOP_DEEP}"] = _width_oracle("stop")
     for run_name, pick in picks.items():
         out["rows"][run_name] = _row(recs, pick)
     # Labels only where they are known: a failed judge verdict, or a question whose gold
@@ -317,6 +355,9 @@ def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = 
             "prefix_has_all_gold": auc(scored(with_gold),
                                        [r["prefix_has_all_gold"] for r in with_gold]),
         }
+        if widths:
+            out["auc"][name]["wider_adds_nothing"] = auc(scored(with_gold),
+                                                         [not r["wider_adds"] for r in with_gold])
         ms = [r["routers"][name]["ms"] for r in recs if name in r["routers"]]
         out.setdefault("router_ms", {})[name] = {"p50": percentile(ms, 0.5), "p95": percentile(ms, 0.95)}
     prefix = [r["fast"]["receipt"].get("stages_ms", {}).get("prefix", 0.0) for r in recs]
@@ -333,7 +374,8 @@ def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = 
     if recs:
         compare("deep", "fast")
         deep = out["rows"]["deep"]
-        for oracle in (EVIDENCE_ORACLE, f"{EVIDENCE_ORACLE} {STOP_DEEP}"):
+        for oracle in (EVIDENCE_ORACLE, f"{EVIDENCE_ORACLE} {STOP_DEEP}",
+                       WIDTH_ORACLE, f"{WIDTH_ORACLE} {STOP_DEEP}"):
             if oracle in picks:
                 out["acceptance"][oracle] = acceptance({oracle: out["rows"][oracle]}, deep)
                 compare(oracle, "deep")
