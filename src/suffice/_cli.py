@@ -1523,7 +1523,8 @@ def train_router_cmd(
         if calibrate_on not in ("label", "width"):
             fail(f"--calibrate-on must be label or width, got {calibrate_on!r}")
         cfg = rt.RouterTrainConfig(epochs=epochs, beta=beta, precision=precision, stop_rate=stop_rate,
-                                   eval_budget=budget, threads=threads, calibrate_on=calibrate_on)
+                                   eval_budget=budget, threads=threads,
+                                   calibrate_on="width" if calibrate_on == "width" else "label")
         budgets = {budget // 2, budget, 2 * budget} | ({4 * budget} if target == "width" else set())
         dcfg = sd.DataConfig(fast_budget=budget, budgets=tuple(sorted(budgets)),
                              interventions=target == "evidence")

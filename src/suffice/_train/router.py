@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -72,7 +72,7 @@ class RouterTrainConfig:
     ``EngineConfig(stop_reader="deep")`` auto costs about ``s * r + (1 - s)`` of deep's time at
     stop rate ``s``, ``r`` being a stop's time over a deep answer's, so a target share of deep's
     time fixes the stop rate it needs (docs/benchmarks.md section 7)."""
-    calibrate_on: str = "label"
+    calibrate_on: Literal["label", "width"] = "label"
     """What tau's precision is measured against on validation: the training label ("label"),
     or "width": the wider render shows no more evidence (:attr:`SufficiencyExample.wider_adds`),
     what a stop answered by the deep model gives up. The router still learns the label.
@@ -520,12 +520,16 @@ def cross_validate(examples: Sequence[SufficiencyExample], k: int, config: Route
         all_scores += scores
         all_labels += labels
         stop = [s >= rep.tau for s in scores]
+        # Precision at tau against what tau was calibrated on (unknown widths left out).
+        safe = ([None if e.wider_adds is None else not e.wider_adds for e in te]
+                if config.calibrate_on == "width" else labels)
+        kept = [y for y, s in zip(safe, stop, strict=True) if s and y is not None]
         per.append({"fold": i, "held_out": held, "validation": val_groups, "n": len(te),
                     "sufficient": float(np.mean(labels)) if labels else None,
                     "auc": auc(scores, labels), "tau": rep.tau,
                     "early_rate": float(np.mean(stop)) if stop else None,
-                    "precision_at_tau": (float(np.mean([y for y, s in zip(labels, stop, strict=True) if s]))
-                                         if any(stop) else None),
+                    "precision_at_tau": float(np.mean(kept)) if kept else None,
+                    "calibrated_on": config.calibrate_on,
                     **{f"train_{k2}": v for k2, v in rep.summary().items()}})
     aucs = [f["auc"] for f in per if f["auc"] is not None]
     return {"folds": per, "mean_auc": float(np.mean(aucs)) if aucs else None,
