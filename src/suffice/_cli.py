@@ -1477,8 +1477,8 @@ def train_router_cmd(
         "Weight of the rationale distillation term (0: the ablation without it)."))] = 0.5,
     epochs: Annotated[int, typer.Option(min=1, max=500)] = 24,
     precision: Annotated[float, typer.Option(min=0.0, max=1.0, help=(
-        "tau: the smallest threshold whose early stops hold all gold evidence (--target width: "
-        "lose none to width) this often on the validation conversations."))] = 0.9,
+        "tau: the smallest threshold whose early stops meet --calibrate-on's test (lose nothing "
+        "to width, or hold all gold evidence) this often on the validation conversations."))] = 0.9,
     stop_rate: Annotated[float | None, typer.Option(min=0.01, max=1.0, help=(
         "tau instead: the largest threshold at which at least this share of validation "
         "contexts stop early (a time budget, for auto with stop_reader='deep')."))] = None,
