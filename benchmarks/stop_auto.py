@@ -81,40 +81,14 @@ def compose(recs: dict[str, dict[str, Any]], stop: dict[str, dict[str, Any]], r:
             "rows": rows}
 
 
-def width_labels(keys: list[str], store: Path) -> dict[str, bool]:
-    """Per question with gold evidence: does the render at twice the reader's budget show more
-    of it than the fast context? The label ``bench progressive`` records as ``wider_adds`` (and
-    ``suffice train router --target width`` learns; the two agree on all 148 here), made now
-    because the recorded run predates it. No model call."""
-    from suffice import Memory
-    from suffice._bench.progressive import gold_shown
-    from suffice._bench.qa import gold_finder, items_by_key
-    from suffice._engine import Engine
-
-    by_key = items_by_key()
-    mem = Memory(store, create=False)
-    engine = Engine(mem.store, mem.retriever, mem.renderer, None)  # type: ignore[arg-type]
-    config = mem.engine_config
-    gold = gold_finder(mem, {by_key[k].scope for k in keys})
-    out = {}
-    for key in keys:
-        it, g = by_key[key], gold(by_key[key])
-        if not g:
-            continue
-        fast, wide = (engine.route_input(it.q.question, scope=it.scope, config=c, retrieval=mem.retrieval,
-                                         render=mem.render_config)
-                      for c in (config, config.replace(reader_budget=2 * config.reader_budget)))
-        out[key] = gold_shown(wide, g, mem) > gold_shown(fast, g, mem)
-    mem.close()
-    return out
-
-
-def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -> None:
-    """Add each router's score on every recorded question, made as auto makes it now."""
+def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -> dict[str, bool]:
+    """Add each router's score on every recorded question, made as auto makes it now; return the
+    width label of every question with gold evidence (does the render at twice the reader's
+    budget show more of it?), which the recorded run predates. No model call."""
     import time
 
     from suffice import Memory
-    from suffice._bench.progressive import holds_all_gold
+    from suffice._bench.progressive import holds_all_gold, wider_adds
     from suffice._bench.qa import gold_finder, items_by_key
     from suffice._engine import Engine
     from suffice._llm.base import Ledger
@@ -134,6 +108,8 @@ def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -
     for key, rec in recs.items():  # is the fast context still the one the run recorded?
         same += holds_all_gold(inputs[key], gold(by_key[key]), mem) == bool(rec.get("fast_has_all_gold"))
     print(f"evidence label today vs recorded: {same} of {len(recs)} agree")
+    wider = {key: wider_adds(engine, mem, by_key[key].q.question, by_key[key].scope, config, inputs[key], g)
+             for key in recs if (g := gold(by_key[key]))}
     for folder in folders:
         rt = TrainedRouter(folder)
         for key, rec in recs.items():
@@ -144,6 +120,7 @@ def rescore(recs: dict[str, dict[str, Any]], folders: list[Path], store: Path) -
                 "score": d.score, "ok": d.ok, "ms": (time.perf_counter() - t) * 1e3, "cost_usd": 0.0,
                 "tau": router_tau(rt)}
     mem.close()
+    return wider
 
 
 def main() -> None:
@@ -156,8 +133,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     recs = {r["key"]: r for r in read_results(args.runs)}
-    if args.router:
-        rescore(recs, args.router, args.store)
+    wider = rescore(recs, args.router, args.store)
     stop = {r["key"]: r for r in read_results(args.stop)}
     ratio = None
     if args.deep_sample is not None:
@@ -170,7 +146,6 @@ def main() -> None:
                                       for k in shared)
                      / statistics.fmean(sample[k]["receipt"]["t_e2e_ms"] for k in shared))
             print(f"time ratio stop/deep on {len(shared)} questions: {ratio:.3f}")
-    wider = width_labels(list(recs), args.store)
     print(f"the 2x render shows more gold on {sum(wider.values())} of {len(wider)} questions")
     res = compose(recs, stop, ratio, wider)
     labelled = [r for r in recs.values() if r.get("n_gold", 1) > 0]

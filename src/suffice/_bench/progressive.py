@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .._api import Memory
+from .._config import EngineConfig
 from .._engine import Engine
 from .._llm.base import LLM, Ledger
 from .._llm.cache import replayed_ms
@@ -81,7 +82,6 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
     rts = routers(llm, extra_routers)
     engine = Engine(mem.store, mem.retriever, mem.renderer, llm)
     config = mem.engine_config.replace(reader_budget=budget)
-    wide_config = config.replace(reader_budget=2 * budget)  # for the width label
     stop_config = mem.engine_config.stop_config()
     counts = {"ran": 0, "reused": 0, "routers_scored": 0}
     fresh: dict[str, dict[str, Any]] = {}
@@ -122,9 +122,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
             rec["n_gold"] = len(gold)
             rec["fast_has_all_gold"] = holds_all_gold(inp, gold, mem)
             rec["prefix_has_all_gold"] = bool(gold) and gold <= {h.seq for h in inp.evidence.hits}
-            wide = engine.route_input(q.question, scope=item.scope, config=wide_config,
-                                      retrieval=mem.retrieval, render=mem.render_config)
-            rec["wider_adds"] = gold_shown(wide, gold, mem) > gold_shown(inp, gold, mem)
+            rec["wider_adds"] = wider_adds(engine, mem, q.question, item.scope, config, inp, gold)
             rec["context_ms"] = rec["fast"]["receipt"]["stages_ms"].get("context", 0.0)
             scored = rec.setdefault("routers", {})
             for rt in rts:
@@ -158,11 +156,14 @@ def holds_all_gold(inp: RouterInput, gold: set[int], mem: Memory) -> bool:
     return bool(gold) and all(_shown(inp, s, mem) for s in gold)
 
 
-def gold_shown(inp: RouterInput, gold: set[int], mem: Memory) -> int:
-    """How many of the gold evidence items the context shows. The width label compares the
-    fast context's count with the render at twice its budget: the one thing an early stop
-    that the deep model answers gives up."""
-    return sum(_shown(inp, s, mem) for s in gold)
+def wider_adds(engine: Engine, mem: Memory, question: str, scope: str, config: EngineConfig,
+               fast: RouterInput, gold: set[int]) -> bool:
+    """The width label: does the render at twice ``config``'s reader budget show more of the
+    gold evidence items than ``fast``, the fast context? The one thing an early stop that the
+    deep model answers gives up."""
+    wide = engine.route_input(question, scope=scope, retrieval=mem.retrieval, render=mem.render_config,
+                              config=config.replace(reader_budget=2 * config.reader_budget))
+    return sum(_shown(wide, s, mem) for s in gold) > sum(_shown(fast, s, mem) for s in gold)
 
 
 def _shown(inp: RouterInput, seq: int, mem: Memory) -> bool:
