@@ -271,6 +271,53 @@ def test_ppo_learns_to_pay_for_a_tier_only_when_cost_does_not_matter(tmp_path, e
                     score=lambda q, r: 0.0)
 
 
+def test_a_capped_policy_never_chooses_above_its_cap_in_training_or_after_loading(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    from suffice._train.tiers import PPOConfig, train_tiers
+
+    train, val = split_questions(24, seed=0)
+    asked: list[int] = []
+
+    class Watched(PricedTiers):
+        def run(self, question, chunks, choose, **kw):  # type: ignore[no-untyped-def]
+            assert kw.get("cap") == "mid"  # the pipeline is told too, so a fallback cannot climb
+
+            def watch(m, q, x):  # type: ignore[no-untyped-def]
+                asked.append(choose(m, q, x))
+                return asked[-1]
+            return super().run(question, chunks, watch, **kw)
+
+    # Only a High summary scores, and High is out of reach: the policy must still never ask for it.
+    rep = train_tiers(Watched(), embedder, train, val,  # type: ignore[arg-type]
+                      PPOConfig(lam=0.0, epochs=4, batch=18, lr=3e-3, cap="mid"), tmp_path / "c.npz",
+                      score=lambda q, r: float(r.text == q.answer))
+    assert asked and max(asked) <= 1 and set(rep["fixed_val"]) == {"all-low", "all-mid"}
+    policy = load_tier_policy(tmp_path / "c.npz")
+    assert policy.cap == "mid" and "up to mid" in policy.name
+    rng = np.random.default_rng(1)
+    for m in MODULES:
+        assert policy.probs(m, rng.normal(size=384).astype(np.float32),
+                            rng.normal(size=384).astype(np.float32))[2] == 0.0
+    uncapped = TierPolicy(policy.w, lam=0.0, encoder="e")
+    assert uncapped.digest != policy.digest  # a receipt tells the two apart
+    with pytest.raises(ConfigError, match="cap"):
+        TierPolicy(policy.w, lam=0.0, encoder="e", cap="top")  # type: ignore[arg-type]
+
+
+def test_training_commands_refuse_unknown_choices_before_loading_anything(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from suffice._cli import app
+
+    for args in (["train", "tiers", "--out", str(tmp_path), "--tier-cap", "top"],
+                 ["train", "tiers", "--out", str(tmp_path), "--reward", "judge"],
+                 ["train", "router", "--out", str(tmp_path), "--target", "answer"],
+                 ["train", "router", "--out", str(tmp_path), "--calibrate-on", "both"]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and "is not one of" in res.output, args
+    assert not any(tmp_path.iterdir())
+
+
 def test_epochs_are_compared_under_one_reward_state_and_a_tie_goes_to_the_cheaper() -> None:
     from suffice._train.tiers import CostWindow, ScaleAligner, selection_key, validation_score
 

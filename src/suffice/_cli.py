@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -1487,11 +1487,11 @@ def train_router_cmd(
         "tau on, spread over the sorted names (default: a seventh of them, at least one); more "
         "give a steadier tau."))] = None,
     budget: Annotated[int, typer.Option(help="The reader's context budget the router judges.")] = 1000,
-    target: Annotated[str, typer.Option(help=(
+    target: Annotated[Literal["evidence", "width"], typer.Option(help=(
         "What the router predicts. evidence: the context holds all the gold evidence (the "
         "interventions apply). width: reading twice as wide would show no more of it, so a stop "
         "answered by the deep model loses nothing (natural contexts only)."))] = "evidence",
-    calibrate_on: Annotated[str, typer.Option(help=(
+    calibrate_on: Annotated[Literal["width", "label"], typer.Option(help=(
         "What --precision is measured against when tau is set: width (the render at twice the "
         "budget shows no more evidence: all that an early stop gives up when the deep model "
         "answers it, the engine's default) or label (what the router learns)."))] = "width",
@@ -1518,13 +1518,8 @@ def train_router_cmd(
         from ._train import router as rt
         from ._train import sufficiency_data as sd
         datasets = dataset or ["locomo"]
-        if target not in ("evidence", "width"):
-            fail(f"--target must be evidence or width, got {target!r}")
-        if calibrate_on not in ("label", "width"):
-            fail(f"--calibrate-on must be label or width, got {calibrate_on!r}")
         cfg = rt.RouterTrainConfig(epochs=epochs, beta=beta, precision=precision, stop_rate=stop_rate,
-                                   eval_budget=budget, threads=threads,
-                                   calibrate_on="width" if calibrate_on == "width" else "label")
+                                   eval_budget=budget, threads=threads, calibrate_on=calibrate_on)
         budgets = {budget // 2, budget, 2 * budget} | ({4 * budget} if target == "width" else set())
         dcfg = sd.DataConfig(fast_budget=budget, budgets=tuple(sorted(budgets)),
                              interventions=target == "evidence")
@@ -1644,9 +1639,12 @@ def train_tiers_cmd(
     batch: Annotated[int, typer.Option(min=2, max=4096)] = 16,
     align: Annotated[bool, typer.Option("--align/--no-align", help=(
         "Scale alignment of the task reward (--no-align: the ablation)."))] = True,
-    reward: Annotated[str, typer.Option(help=(
+    reward: Annotated[Literal["recall", "reader"], typer.Option(help=(
         "Task reward: 'recall' (gold answer words in the summary; no answer call) or 'reader' "
         "(token F1 of the reader's answer)."))] = "recall",
+    tier_cap: Annotated[Literal["low", "mid", "high"], typer.Option(help=(
+        "The highest tier the policies may choose. 'mid' keeps every LLM module out of training "
+        "(and out of the policy), so many more questions can be trained on in the same time."))] = "high",
     provider: ProviderOpt = "local",
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
@@ -1673,8 +1671,6 @@ def train_tiers_cmd(
         from ._prompts import answer_messages, choose_style
         from ._train import tiers as tt
         torch.set_num_threads(threads)
-        if reward not in ("recall", "reader"):
-            fail(f"--reward must be recall or reader, got {reward!r}")
         lams = _floats(lambdas, "--lambdas")
         convs, items, mem, llm, pipeline = _tier_setup(store, data, provider, model, base_url,
                                                        llm_cache, module_cache, None)
@@ -1718,10 +1714,10 @@ def train_tiers_cmd(
         with fold_progress() as report:
             if warm:
                 t_warm = time.perf_counter()
-                tt.warm_cache(pipeline, train + val, progress=report)
+                tt.warm_cache(pipeline, train + val, cap=tier_cap, progress=report)
                 say(f"warmed the module cache in {time.perf_counter() - t_warm:.0f} s")
             for lam in lams:
-                cfg = tt.PPOConfig(lam=lam, epochs=epochs, batch=batch, align=align)
+                cfg = tt.PPOConfig(lam=lam, epochs=epochs, batch=batch, align=align, cap=tier_cap)
                 # An ablation is named apart, so a folder of policies never serves one by default.
                 name = f"tiers-{lam:g}" if align else f"noalign-{lam:g}"
                 rep = tt.train_tiers(pipeline, mem.embedder, train, val, cfg, out_dir / f"{name}.npz",
@@ -1739,6 +1735,7 @@ def train_tiers_cmd(
             write_json(json_out, envelope("train_tiers", "locomo", str(data or "shared copy"),
                                           {"lambdas": lams, "per_conv": per_conv, "epochs": epochs,
                                            "batch": batch, "align": align, "reward": reward,
+                                           "tier_cap": tier_cap,
                                            "train_questions": len(train), "val_questions": len(val),
                                            "val_conv": val_conv, "excluded": sorted(skip),
                                            "wall_s": time.perf_counter() - t0},

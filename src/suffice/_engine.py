@@ -454,12 +454,13 @@ class Engine:
                                                                retrieval)
                 if s.resolve_dates:
                     td = time.perf_counter()
+                    annotated = None
                     if s.date_room and asks_time(question):
-                        evidence_text, evidence_parts = self._room_for_dates(
+                        evidence_text, evidence_parts, annotated = self._room_for_dates(
                             question, room, evidence_text, evidence_parts, ranking, ranked, s, render,
                             retrieval)
-                    evidence_text, more = dated_context(evidence_text, evidence_parts, ranked,
-                                                        self.store, scope, room)
+                    evidence_text, more = annotated or dated_context(evidence_text, evidence_parts, ranked,
+                                                                     self.store, scope, room)
                     dated += more
                     dates_ms = _ms(td)
                     stages["dates"] = stages.get("dates", 0.0) + dates_ms
@@ -541,22 +542,25 @@ class Engine:
 
     def _room_for_dates(self, question: str, room: int, text: str, parts: tuple[ContextPart, ...],
                         ranking: Ranking, ranked: Evidence, s: EngineConfig, render: RenderConfig,
-                        retrieval: RetrievalConfig) -> tuple[str, tuple[ContextPart, ...]]:
+                        retrieval: RetrievalConfig
+                        ) -> tuple[str, tuple[ContextPart, ...], tuple[str, int] | None]:
         """The evidence rendered again, smaller by what its dates would take beyond ``room``.
 
         A render fills its budget, so the dates stated afterwards fit only in the slack it
         leaves (on LoCoMo's temporal questions, 39 of 134 dates at 1k). One re-render at the room
-        minus the missing tokens; the dates of what it shows then fit, or nearly."""
+        minus the missing tokens; the dates of what it shows then fit, or nearly. When every
+        date already fits, the dated text is returned too (third item), so the caller does not
+        annotate the same text a second time."""
         if not text:
-            return text, parts
-        full, _ = dated_context(text, parts, ranked, self.store, ranking.scope, 1 << 30)
-        need = count_tokens(full) - room
+            return text, parts, None
+        full = dated_context(text, parts, ranked, self.store, ranking.scope, 1 << 30)
+        need = count_tokens(full[0]) - room
         if need <= 0:
-            return text, parts
+            return text, parts, full
         smaller = room - need
         if smaller <= room // 2:  # dates would take over the context: keep the evidence
-            return text, parts
-        return self._evidence(question, smaller, ranking, ranked, s, render, retrieval)
+            return text, parts, None
+        return (*self._evidence(question, smaller, ranking, ranked, s, render, retrieval), None)
 
     def _finish(self, question: str, scope: str, mode: str, path: Path, text: str,
                 evidence: Evidence, parts: Sequence[ContextPart], context_tokens: int,

@@ -92,7 +92,7 @@ class TierPolicy:
     """A trained tier policy (numpy only). ``lam`` is the cost weight it was trained at."""
 
     def __init__(self, weights: Mapping[str, np.ndarray], *, lam: float, encoder: str,
-                 name: str = "trained") -> None:
+                 name: str = "trained", cap: Tier = "high") -> None:
         missing = [k for k in _KEYS if k not in weights]
         if missing:
             raise ConfigError(f"tier policy weights lack {', '.join(missing)}")
@@ -100,12 +100,19 @@ class TierPolicy:
         if self.w["descriptors"].shape[0] != len(MODULES):
             raise ConfigError(f"tier policy has {self.w['descriptors'].shape[0]} module "
                               f"descriptors, expected {len(MODULES)}")
+        if cap not in TIERS:
+            raise ConfigError(f"tier policy cap must be one of {', '.join(TIERS)}, got {cap!r}")
         self.lam = lam
         self.encoder = encoder
         self.name = name
+        self.cap: Tier = cap
+        """The highest tier it was trained to choose: the tiers above were never sampled in
+        training, so their outputs mean nothing and are never chosen."""
         h = hashlib.sha256()
         for k in _KEYS:
             h.update(k.encode() + repr(self.w[k].shape).encode() + self.w[k].tobytes())
+        if cap != "high":
+            h.update(f"cap={cap}".encode())
         self.digest = h.hexdigest()[:16]
         """The weights' sha256 (short): a retrained policy has another, whatever its name."""
 
@@ -118,6 +125,7 @@ class TierPolicy:
         h = np.maximum(w["w2"] @ h + w["b2"], 0)
         h = np.maximum(w["w3"] @ h + w["b3"], 0)
         z = w["w4"] @ h + w["b4"]
+        z[TIERS.index(self.cap) + 1:] = -np.inf
         e: np.ndarray = np.exp(z - z.max())
         return e / float(e.sum())
 
@@ -135,8 +143,13 @@ class TierPolicy:
             raise ConfigError(f"cannot read tier policy {p}: {exc}") from exc
         # A policy from a stopped training run says so wherever its name is shown (receipts, bench).
         mark = ", provisional" if meta.get("provisional") else ""
+        cap = str(meta.get("tier_cap", "high"))
+        if cap not in TIERS:
+            raise ConfigError(f"tier policy {p}: its card's tier_cap must be one of {', '.join(TIERS)}, "
+                              f"got {cap!r}")
+        capped = "" if cap == "high" else f", up to {cap}"
         return cls(weights, lam=float(meta.get("lam", 0.0)), encoder=str(meta.get("encoder", "")),
-                   name=f"trained(λ={meta.get('lam', 0.0)}{mark})")
+                   name=f"trained(λ={meta.get('lam', 0.0)}{capped}{mark})", cap=cap)
 
     def save(self, path: str | Path, **meta: object) -> None:
         """Write the weights (``path``) and the card (``.json`` beside it). Each file is written
@@ -147,7 +160,8 @@ class TierPolicy:
         np.savez(weights, **self.w)  # type: ignore[arg-type]
         write_atomic(p, weights.getvalue())
         write_atomic(p.with_suffix(".json"), json.dumps(
-            {"lam": self.lam, "encoder": self.encoder, **meta}, indent=2, default=str))
+            {"lam": self.lam, "encoder": self.encoder, "tier_cap": self.cap, **meta}, indent=2,
+            default=str))
 
 
 def load_tier_policy(path: str | Path, lam: float | None = None) -> TierPolicy:

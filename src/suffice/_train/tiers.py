@@ -43,7 +43,7 @@ import numpy as np
 
 from .._embed.protocol import Embedder
 from .._errors import ConfigError
-from .._pipeline import MODULES, Chunk, TieredPipeline
+from .._pipeline import MODULES, TIERS, Chunk, Tier, TieredPipeline
 from .._pipeline.run import PipelineResult
 from .._route.tiers import TierPolicy
 
@@ -160,6 +160,9 @@ class PPOConfig:
     seed: int = 42
     align: bool = True
     """False: the ablation without scale alignment (kappa fixed at 1)."""
+    cap: Tier = "high"
+    """The highest tier the policy may choose: tiers above it are masked out of every
+    sample, update and export (on a CPU, ``"mid"`` keeps LLM calls out of training)."""
 
 
 def _net(dim: int, hidden: int, descriptors: np.ndarray, seed: int) -> Any:
@@ -199,7 +202,18 @@ def _net(dim: int, hidden: int, descriptors: np.ndarray, seed: int) -> Any:
     return Net()
 
 
-def export(net: Any, lam: float, encoder: str) -> TierPolicy:
+def _masked(logits: Any, cap: Tier) -> Any:
+    """Logits with the tiers above ``cap`` pushed out of reach (finite, so the entropy of the
+    distribution stays a number)."""
+    import torch
+
+    top = TIERS.index(cap)
+    if top == len(TIERS) - 1:
+        return logits
+    return logits.masked_fill(torch.arange(logits.shape[-1]) > top, -1e9)
+
+
+def export(net: Any, lam: float, encoder: str, cap: Tier = "high") -> TierPolicy:
     """The torch network as a numpy :class:`TierPolicy` (same arithmetic, argmax at the end)."""
     def a(t: Any) -> np.ndarray:
         # A copy: numpy() shares the tensor's memory, and training goes on after an export.
@@ -209,25 +223,25 @@ def export(net: Any, lam: float, encoder: str) -> TierPolicy:
          "wv": a(net.v.weight), "bv": a(net.v.bias), "w1": a(net.t1.weight), "b1": a(net.t1.bias),
          "w2": a(net.t2.weight), "b2": a(net.t2.bias), "w3": a(net.h1.weight), "b3": a(net.h1.bias),
          "w4": a(net.h2.weight), "b4": a(net.h2.bias)}
-    return TierPolicy(w, lam=lam, encoder=encoder)
+    return TierPolicy(w, lam=lam, encoder=encoder, cap=cap)
 
 
 Scorer = Callable[[TierQuestion, PipelineResult], float]
 
 
 def warm_cache(pipeline: TieredPipeline, questions: Sequence[TierQuestion], *,
-               progress: Callable[[str, int, int], None] | None = None) -> int:
+               cap: Tier = "high", progress: Callable[[str, int, int], None] | None = None) -> int:
     """Run every filter tier with every tier of the later modules once per question, so the
     module cache holds each output an episode can ask for (every fact module and the
-    summary's briefing depend only on the kept chunks). Returns the runs made."""
-    from .._pipeline import TIERS
+    summary's briefing depend only on the kept chunks), up to ``cap``. Returns the runs made."""
     from .._route.tiers import FixedTiers
 
+    allowed = TIERS[:TIERS.index(cap) + 1]
     runs = 0
-    total = len(questions) * 9
+    total = len(questions) * len(allowed) ** 2
     for q in questions:
-        for f in TIERS:
-            for t in TIERS:
+        for f in allowed:
+            for t in allowed:
                 tiers = {"filter": f, "entity": t, "temporal": t, "topic": t, "summary": t}
                 pipeline.run(q.question, q.chunks, FixedTiers(tiers).chooser(q.question), qvec=q.qvec)
                 runs += 1
@@ -268,6 +282,7 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
             with torch.no_grad():
                 logits, _ = net(torch.tensor(MODULES.index(module)), torch.from_numpy(qv),
                                 torch.from_numpy(x))
+                logits = _masked(logits, config.cap)
             if greedy:
                 a = int(torch.argmax(logits))
             else:
@@ -275,7 +290,7 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
             picks.append(a)
             return a
 
-        res = pipeline.run(q.question, q.chunks, choose, qvec=q.qvec)
+        res = pipeline.run(q.question, q.chunks, choose, qvec=q.qvec, cap=config.cap)
         return Episode(q.key, tuple(picks), tuple(x for _, x in res.states), score(q, res),
                        res.cost_usd)
 
@@ -315,13 +330,14 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
             mids = module_ids[None, :].expand(len(eps), -1)
             with torch.no_grad():
                 logits, values = net(mids, q5, xs)
+                logits = _masked(logits, config.cap)
                 old_logp = torch.distributions.Categorical(logits=logits).log_prob(acts).sum(-1)  # type: ignore[no-untyped-call]
                 old_v = values[:, 0]
             adv = reward - old_v
             adv = (adv - adv.mean()) / adv.std() if len(eps) > 1 and adv.std() > 1e-8 else adv - adv.mean()
             for _ in range(config.ppo_epochs):
                 logits, values = net(mids, q5, xs)
-                dist = torch.distributions.Categorical(logits=logits)
+                dist = torch.distributions.Categorical(logits=_masked(logits, config.cap))
                 logp = dist.log_prob(acts).sum(-1)  # type: ignore[no-untyped-call]
                 ratio = torch.exp(torch.clamp(logp - old_logp, -10, 10))
                 clipped = torch.clamp(ratio, 1 - config.clip, 1 + config.clip)
@@ -343,7 +359,7 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
         report, eps = evaluate(val)
         report["epoch"] = epoch
         history.append({"epoch": epoch, "val": report})
-        candidates.append((report, eps, export(net, config.lam, embedder.name)))
+        candidates.append((report, eps, export(net, config.lam, embedder.name, config.cap)))
         # The best epoch so far under the reward state as it stands, written at once and marked
         # provisional: a run stopped before the end still leaves a policy to use.
         so_far, pol = max((({**r, **rescore(es)}, p) for r, es, p in candidates),
@@ -358,7 +374,7 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
     best, _, policy = max(candidates, key=lambda c: selection_key(c[0]))
     policy.save(out, val=best, epoch=best["epoch"], provisional=False, epochs_done=config.epochs,
                 config=dataclasses.asdict(config), cost_window=window.state(), aligner=aligner.state())
-    fixed = {f"all-{t}": evaluate(val, fixed=i)[0] for i, t in enumerate(("low", "mid", "high"))}
+    fixed = {f"all-{t}": evaluate(val, fixed=i)[0] for i, t in enumerate(TIERS[:TIERS.index(config.cap) + 1])}
     return {"lam": config.lam, "align": config.align, "best_epoch": best["epoch"], "val": best,
             "fixed_val": fixed,
             "train_s": time.perf_counter() - t0, "episodes": config.epochs * len(train),
