@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FACT_MODULES", "MODULES", "TIERS", "Module", "Strategy", "Tier", "digest",
            "fact_lines", "keyword_filter", "load_spacy", "parse_facts", "parse_picks",
-           "rule_facts", "spacy_facts", "similarity_filter"]
+           "rule_facts", "spacy_facts", "similarity_filter", "tiers_up_to"]
 
 Module = Literal["filter", "entity", "temporal", "topic", "summary"]
 Tier = Literal["low", "mid", "high"]
@@ -51,6 +51,11 @@ MODULES: tuple[Module, ...] = ("filter", "entity", "temporal", "topic", "summary
 """In the order they run: entity, temporal and topic read the same kept chunks."""
 FACT_MODULES: tuple[Module, ...] = ("entity", "temporal", "topic")
 TIERS: tuple[Tier, ...] = ("low", "mid", "high")
+
+
+def tiers_up_to(cap: Tier) -> tuple[Tier, ...]:
+    """The tiers a cap allows, cheapest first (a policy trained under a cap chooses among these)."""
+    return TIERS[:TIERS.index(cap) + 1]
 
 MAX_FACTS = 12
 """Fact lines a module returns at most: the summary has a token budget to keep."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._errors import ConfigError
 from .._files import write_atomic
-from .._pipeline import MODULES, TIERS, Chooser, Module, Tier, TierSource
+from .._pipeline import MODULES, TIERS, Chooser, Module, Tier, TierSource, tiers_up_to
 
 __all__ = ["TIERS_ENV", "FixedTiers", "HeuristicTiers", "TierPolicy", "TierSource", "default_tiers",
            "load_tier_policy"]
@@ -125,7 +125,7 @@ class TierPolicy:
         h = np.maximum(w["w2"] @ h + w["b2"], 0)
         h = np.maximum(w["w3"] @ h + w["b3"], 0)
         z = w["w4"] @ h + w["b4"]
-        z[TIERS.index(self.cap) + 1:] = -np.inf
+        z[len(tiers_up_to(self.cap)):] = -np.inf
         e: np.ndarray = np.exp(z - z.max())
         return e / float(e.sum())
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from .._embed.protocol import Embedder
 from .._errors import ConfigError
-from .._pipeline import MODULES, TIERS, Chunk, Tier, TieredPipeline
+from .._pipeline import MODULES, TIERS, Chunk, Tier, TieredPipeline, tiers_up_to
 from .._pipeline.run import PipelineResult
 from .._route.tiers import TierPolicy
 
@@ -207,10 +207,10 @@ def _masked(logits: Any, cap: Tier) -> Any:
     distribution stays a number)."""
     import torch
 
-    top = TIERS.index(cap)
-    if top == len(TIERS) - 1:
+    allowed = len(tiers_up_to(cap))
+    if allowed == len(TIERS):
         return logits
-    return logits.masked_fill(torch.arange(logits.shape[-1]) > top, -1e9)
+    return logits.masked_fill(torch.arange(logits.shape[-1]) >= allowed, -1e9)
 
 
 def export(net: Any, lam: float, encoder: str, cap: Tier = "high") -> TierPolicy:
@@ -236,7 +236,7 @@ def warm_cache(pipeline: TieredPipeline, questions: Sequence[TierQuestion], *,
     summary's briefing depend only on the kept chunks), up to ``cap``. Returns the runs made."""
     from .._route.tiers import FixedTiers
 
-    allowed = TIERS[:TIERS.index(cap) + 1]
+    allowed = tiers_up_to(cap)
     runs = 0
     total = len(questions) * len(allowed) ** 2
     for q in questions:
@@ -374,7 +374,7 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
     best, _, policy = max(candidates, key=lambda c: selection_key(c[0]))
     policy.save(out, val=best, epoch=best["epoch"], provisional=False, epochs_done=config.epochs,
                 config=dataclasses.asdict(config), cost_window=window.state(), aligner=aligner.state())
-    fixed = {f"all-{t}": evaluate(val, fixed=i)[0] for i, t in enumerate(TIERS[:TIERS.index(config.cap) + 1])}
+    fixed = {f"all-{t}": evaluate(val, fixed=i)[0] for i, t in enumerate(tiers_up_to(config.cap))}
     return {"lam": config.lam, "align": config.align, "best_epoch": best["epoch"], "val": best,
             "fixed_val": fixed,
             "train_s": time.perf_counter() - t0, "episodes": config.epochs * len(train),
