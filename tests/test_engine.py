@@ -485,6 +485,30 @@ def test_an_early_stop_can_be_answered_by_the_deep_model_over_the_fast_budget(me
     assert cheap.path == "fast" and cheap.model == fast_model.model and len(strong.calls) == 1
 
 
+def test_an_early_stop_answered_by_the_deep_model_renders_its_context_once(memory, monkeypatch):
+    """The router read the fast context; the deep model's stop reads the same one, not a re-render."""
+    from suffice._engine import Engine
+
+    renders: list[int] = []
+    original = Engine.fast_context
+
+    def counted(self, question, budget, *args, **kwargs):  # type: ignore[no-untyped-def]
+        renders.append(budget)
+        return original(self, question, budget, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "fast_context", counted)
+    strong = ScriptedLLM("<answer>Figo</answer>", model="strong")
+    ask = dict(question="What is the name of Dana's cat?", scope="dana", llm=reader(), deep_llm=strong,
+               router=ScoreRouter(), mode="auto", tau=0.0, budget=300)
+    r = memory.ask(**ask).receipt
+    assert r.path == "fast" and r.model == "strong" and renders == [300]
+    stop_prompt = strong.calls[-1]
+    renders.clear()
+    deep = memory.ask(**{**ask, "mode": "deep", "engine": EngineConfig(deep_scale=1.0, deep_agents=False)})
+    assert deep.receipt.path == "deep" and renders == [300]  # rendered afresh when nothing was made
+    assert strong.calls[-1] == stop_prompt  # and the same prompt either way
+
+
 def test_an_early_stop_whose_deep_model_fails_is_answered_by_the_fast_reader(memory):
     down = ScriptedLLM([ProviderError("connection refused", endpoint="http://127.0.0.1:9")] * 3)
     ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), deep_llm=down,

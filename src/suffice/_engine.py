@@ -50,6 +50,8 @@ from ._types import ContextPart, Evidence, Filter, Hit, Item
 
 Mode = Literal["fast", "deep", "auto"]
 Path = Literal["fast", "deep"]
+_Made = tuple[int, tuple[str, tuple[ContextPart, ...]]]
+"""A fast context already rendered for a query: (its budget, (text, parts))."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +249,7 @@ class Engine:
                 # The deep model reads the fast budget: the stop saves the wider evidence only.
                 result, blocks, levers, modules = self._deep(
                     question, scope, evidence, ranking, ranked, budget, budget, style, ledger, stages,
-                    notes, config.stop_config(), render, retrieval, clock)
+                    notes, config.stop_config(), render, retrieval, clock, made=(budget, fast))
                 if result is not None:
                     text, parts, context_tokens = result
                     return self._finish(question, scope, mode, "fast", text, evidence, parts,
@@ -359,7 +361,8 @@ class Engine:
     def _deep(self, question: str, scope: str, evidence: Evidence, ranking: Ranking, ranked: Evidence,
               budget: int, deep_budget: int, style: Style, ledger: Ledger, stages: dict[str, float],
               notes: list[str], s: EngineConfig, render: RenderConfig, retrieval: RetrievalConfig,
-              clock: _Clock) -> tuple[tuple[str, tuple[ContextPart, ...], int] | None,
+              clock: _Clock, made: _Made | None = None
+              ) -> tuple[tuple[str, tuple[ContextPart, ...], int] | None,
                                       tuple[BlockReceipt, ...], tuple[LeverReceipt, ...],
                                       tuple[ModuleReceipt, ...]]:
         """(answer, parts, context tokens) or None when the deep path cannot answer; the
@@ -369,7 +372,8 @@ class Engine:
         gets ``deep_budget`` tokens, more than the fast path had (``evidence``); quoted and
         retrieved turns state their relative dates (``resolve_dates``); and the deep model, when
         the engine has one, writes the answer (``model``). With the tiered agent, its pipeline
-        replaces all but the last (``tiers``).
+        replaces all but the last (``tiers``). ``made``: a fast context already rendered for this
+        query, with its budget, reused when the evidence asks for that same budget.
         """
         if self.tiered is not None:
             return self._deep_tiered(self.tiered, question, scope, ranking, deep_budget, style,
@@ -451,7 +455,7 @@ class Engine:
             dates_ms = 0.0
             if room > 0 and render.prompt_cap > 0:
                 evidence_text, evidence_parts = self._evidence(question, room, ranking, ranked, s, render,
-                                                               retrieval)
+                                                               retrieval, made)
                 if s.resolve_dates:
                     td = time.perf_counter()
                     annotated = None
@@ -535,10 +539,16 @@ class Engine:
         return (text, parts, count_tokens(result.text)), (), tuple(levers), result.modules
 
     def _evidence(self, question: str, room: int, ranking: Ranking, ranked: Evidence, s: EngineConfig,
-                  render: RenderConfig, retrieval: RetrievalConfig) -> tuple[str, tuple[ContextPart, ...]]:
-        """Retrieved evidence within ``room`` tokens: the fast path's kind of context, made wider."""
-        return self.fast_context(question, int(room / render.prompt_cap), ranking, ranked, s, render,
-                                 retrieval)
+                  render: RenderConfig, retrieval: RetrievalConfig, made: _Made | None = None
+                  ) -> tuple[str, tuple[ContextPart, ...]]:
+        """Retrieved evidence within ``room`` tokens: the fast path's kind of context, made wider.
+
+        An early stop answered by the deep model reads the fast budget, so the context the router
+        already read is ``made`` at that budget and is not rendered a second time."""
+        budget = int(room / render.prompt_cap)
+        if made is not None and made[0] == budget:
+            return made[1]
+        return self.fast_context(question, budget, ranking, ranked, s, render, retrieval)
 
     def _room_for_dates(self, question: str, room: int, text: str, parts: tuple[ContextPart, ...],
                         ranking: Ranking, ranked: Evidence, s: EngineConfig, render: RenderConfig,
