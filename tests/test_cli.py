@@ -212,8 +212,10 @@ def test_ask_tiered_prints_each_modules_tier_and_cost(db):
     assert r.exit_code == 2 and "--lam and --tier-cap go with --tiered" in r.output
     from llm_server import chat_body
 
+    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--mode", "fast")
+    assert r.exit_code == 2 and "--tiered runs on the deep path: use --mode deep" in r.output
     with FakeOpenAI([Reply(body=chat_body("<answer>Figo</answer>"))] * 4) as srv:
-        r = run("--db", db, "ask", "What is the cat called?", "-s", "dana", "--mode", "deep", "--tiered",
+        r = run("--db", db, "ask", "What is the cat called?", "-s", "dana", "--tiered",  # deep by default
                 "--tier-cap", "low", "--provider", "http", "--base-url", srv.base_url, "--model", "m")
     assert r.exit_code == 0, r.output
     assert "Figo" in r.output

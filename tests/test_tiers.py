@@ -9,7 +9,7 @@ from datetime import date
 import numpy as np
 import pytest
 
-from suffice import ConfigError, InvalidQueryError, ProviderError
+from suffice import ConfigError, InvalidQueryError, Memory, NewItem, ProviderError
 from suffice._llm import ScriptedLLM
 from suffice._llm.base import Ledger
 from suffice._pipeline import (
@@ -129,6 +129,27 @@ def test_a_failing_model_falls_back_and_the_query_still_gets_a_summary(embedder)
     assert "Figo" in res.text
 
 
+def test_a_provider_outage_is_not_remembered_but_unusable_output_is(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    """A cached failure is replayed for good, so only failures that would repeat are cached."""
+    q = "What is the name of Dana's cat?"
+
+    def run(llm):  # type: ignore[no-untyped-def]
+        cache = ModuleCache(tmp_path / "modules.db")
+        return TieredPipeline(llm, embedder, TierSettings(keep=2), cache).run(
+            q, chunks(embedder), FixedTiers.all("high").chooser(q), qvec=embedder.embed_query(q))
+
+    down = run(ScriptedLLM([ProviderError("down")] * 10))
+    assert down.modules[0].tier == "mid" and "ProviderError" in down.modules[0].note
+    unsure = ScriptedLLM("<answer>I am not sure</answer>")
+    garbled = run(unsure)  # the server is back: the filter asks it again, and cannot read the reply
+    assert unsure.calls and "OutputParseError" in garbled.modules[0].note
+    assert garbled.modules[0].tier == "mid"
+    never = ScriptedLLM([ProviderError("must not be asked")] * 10)
+    again = run(never)  # unusable output would come again: the failure is replayed, not asked for
+    assert not never.calls and "OutputParseError" in again.modules[0].note
+    assert all(m.cached for m in again.modules)
+
+
 def test_the_capacity_strategy_needs_three_models() -> None:
     with pytest.raises(ConfigError, match="three models"):
         TieredPipeline(None, None, TierSettings(strategy="capacity"))
@@ -203,6 +224,81 @@ def test_the_numpy_policy_computes_what_the_trained_network_computes(tmp_path, e
     assert json.loads((tmp_path / "tiers-0.3.json").read_text())["note"] == "x"
     with pytest.raises(ConfigError, match="no tier policy"):
         load_tier_policy(tmp_path / "nowhere")
+
+
+def random_policy(dim: int = 384, lam: float = 0.0, encoder: str = "") -> TierPolicy:
+    """A policy of the trained shape with random weights (no torch needed)."""
+    rng = np.random.default_rng(0)
+    h = 8
+    shapes = {"descriptors": (len(MODULES), 16), "wu": (h, 2 * dim), "bu": (h,), "wv": (h, 16), "bv": (h,),
+              "w1": (h, 2 * h), "b1": (h,), "w2": (h, h), "b2": (h,), "w3": (h, h), "b3": (h,),
+              "w4": (3, h), "b4": (3,)}
+    return TierPolicy({k: rng.normal(size=v) for k, v in shapes.items()}, lam=lam, encoder=encoder)
+
+
+def test_fixed_tiers_name_every_module_with_a_real_tier() -> None:
+    with pytest.raises(ConfigError, match="no tier for entity, temporal, topic, summary"):
+        FixedTiers({"filter": "mid"})
+    with pytest.raises(ConfigError, match="unknown module"):
+        FixedTiers({**{m: "low" for m in MODULES}, "ranker": "low"})
+    with pytest.raises(ConfigError, match="'medium' is not one of"):
+        FixedTiers({**{m: "low" for m in MODULES}, "topic": "medium"})  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match="tier must be one of"):
+        FixedTiers.all("medium")  # type: ignore[arg-type]
+    assert FixedTiers({m: "mid" for m in MODULES}).chooser("q")("topic", np.zeros(1), np.zeros(1)) == 1
+
+
+def test_a_policy_file_that_is_not_one_is_refused_with_its_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    np.save(tmp_path / "tiers-0.npy", np.zeros(3))
+    with pytest.raises(ConfigError, match="cannot read tier policy"):
+        TierPolicy.load(tmp_path / "tiers-0.npy")
+    random_policy(lam=0.3).save(tmp_path / "tiers-0.3.npz")
+    card = tmp_path / "tiers-0.3.json"
+    card.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="not a JSON object"):
+        TierPolicy.load(tmp_path / "tiers-0.3.npz")
+    card.write_text(json.dumps({"lam": "abc"}))
+    with pytest.raises(ConfigError, match="lam must be a number"):
+        TierPolicy.load(tmp_path / "tiers-0.3.npz")
+    card.unlink()
+    assert "no card" in TierPolicy.load(tmp_path / "tiers-0.3.npz").name  # λ unknown: said, not hidden
+
+
+def test_a_policy_refuses_vectors_it_was_not_trained_on(tmp_path, memory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    small = random_policy(dim=8)
+    with pytest.raises(ConfigError, match="reads 8-dim vectors; this memory's are 384-dim"):
+        small.chooser("q")("filter", np.zeros(384, np.float32), np.zeros(384, np.float32))
+    llm = ScriptedLLM("<answer>Figo</answer>")
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=llm, mode="deep",
+                     agent="tiered", tiers=small)  # at query time: the fast path answers and says why
+    assert ans.receipt.path == "fast" and ans.receipt.degraded
+    assert any("tiered pipeline failed" in n and "8-dim" in n for n in ans.receipt.notes)
+    with pytest.raises(ConfigError, match="trained on encoder 'other'"):
+        memory.ask("cat?", scope="dana", llm=llm, mode="deep", agent="tiered",
+                   tiers=random_policy(encoder="other"))
+    bare = Memory(tmp_path / "bare.db", embedder=None)  # no embedder: a policy would read zero vectors
+    bare.add([NewItem(text="We adopted a grey cat called Figo.", speaker="Dana")], scope="dana")
+    with pytest.raises(ConfigError, match="no embedder"):
+        bare.ask("cat?", scope="dana", llm=llm, mode="deep", agent="tiered", tiers=random_policy())
+    bare.close()
+
+
+def test_lam_must_pick_something(tmp_path, memory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    llm = ScriptedLLM("<answer>Figo</answer>")
+    monkeypatch.delenv("SUFFICE_TIERS", raising=False)
+    with pytest.raises(ConfigError, match="none is installed"):
+        memory.ask("cat?", scope="dana", llm=llm, mode="deep", agent="tiered", lam=0.3)
+    with pytest.raises(InvalidQueryError, match="give one or the other"):
+        memory.ask("cat?", scope="dana", llm=llm, mode="deep", agent="tiered", lam=0.3,
+                   tiers=FixedTiers.all("low"))
+    assert not llm.calls  # refused before any model call
+    for lam in (0.0, 0.9):
+        random_policy(lam=lam, encoder=memory.embedder.name).save(tmp_path / f"tiers-{lam}.npz")
+    monkeypatch.setenv("SUFFICE_TIERS", str(tmp_path))
+    r = memory.ask("cat?", scope="dana", llm=llm, mode="deep", agent="tiered", lam=0.8).receipt
+    assert "trained(λ=0.9" in next(lv for lv in r.levers if lv.name == "tiers").detail
+    r = memory.ask("cat?", scope="dana", llm=llm, mode="deep", agent="tiered").receipt
+    assert "trained(λ=0.0" in next(lv for lv in r.levers if lv.name == "tiers").detail  # no lam: λ = 0
 
 
 # -- rewards and PPO ---------------------------------------------------------------------------
@@ -453,7 +549,8 @@ def test_a_retrained_policy_is_answered_again_though_it_keeps_its_name(tmp_path,
               "w3": (8, 8), "b3": (8,), "w4": (3, 8), "b4": (3,)}
 
     def policy() -> TierPolicy:
-        pol = TierPolicy({k: rng.normal(size=s) for k, s in shapes.items()}, lam=0.3, encoder="e")
+        pol = TierPolicy({k: rng.normal(size=s) for k, s in shapes.items()}, lam=0.3,
+                         encoder=memory.embedder.name)
         pol.name = "policy λ=0.3"  # as the CLI names it, whatever run trained it
         return pol
 

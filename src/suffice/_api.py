@@ -49,7 +49,7 @@ from ._records import RecordIndex, RecordWriter
 from ._render import Renderer
 from ._retrieve import Method, Retriever
 from ._route.sufficiency import SufficiencyRouter
-from ._route.tiers import default_tiers
+from ._route.tiers import TierPolicy, default_tiers
 from ._store.base import ItemRow, Store, normalize_scope, validate_filter, validate_item
 from ._store.open import open_store
 from ._store.sqlite import observed_text
@@ -654,7 +654,10 @@ class Memory:
         ``agent="tiered"`` makes the deep path run the tiered pipeline (filter, entity /
         temporal / topic, summary; ``docs/engine.md``) at the tiers ``tiers`` picks: by default
         the trained policy nearest cost weight ``lam`` when one is installed
-        (``$SUFFICE_TIERS``), else a fixed rule; never above ``tier_cap``.
+        (``$SUFFICE_TIERS``; without ``lam``, its λ = 0 policy), else the heuristic default,
+        which reads the question's words and never calls the model for a module; never above
+        ``tier_cap``. ``lam`` with ``tiers``, or with no policy installed, is an error: it
+        would pick nothing.
         """
         question = _check_query(question, "question")
         ident = self._ident(scope, user_id, agent_id, run_id)
@@ -677,11 +680,20 @@ class Memory:
             raise InvalidQueryError(f"unknown agent {agent!r}: give 'tiered' or a MemoryAgent")
         elif lam is not None or tier_cap is not None or tiers is not None:
             raise InvalidQueryError("lam, tier_cap and tiers apply to agent='tiered' only")
+        source: TierSource | None = None
+        if agent == "tiered":  # resolved before a model loads: a bad policy fails at once
+            encoder = self.embedder.name if self.embedder else ""
+            if tiers is not None and lam is not None:
+                raise InvalidQueryError("lam picks one of the installed trained policies; with "
+                                        "tiers= it would pick nothing: give one or the other")
+            source = tiers or default_tiers(lam, encoder)
+            if isinstance(source, TierPolicy):
+                source.check_fits(encoder)
         router = router or self.router
         model = llm or self.default_llm()
         tiered = None
         if agent == "tiered":
-            source = tiers or default_tiers(lam, self.embedder.name if self.embedder else "")
+            assert source is not None  # resolved above
             pipeline = TieredPipeline(self.tier_models or model, self.embedder, self.tier_settings,
                                       self.tier_cache)
             tiered = TieredAgent(pipeline, source, tier_cap)

@@ -30,7 +30,7 @@ import_app = typer.Typer(no_args_is_help=True, help="Import a dataset file into 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks on real data; --json FILE writes the figures.")
 app.add_typer(import_app, name="import")
 app.add_typer(bench_app, name="bench")
-train_app = typer.Typer(no_args_is_help=True, help="Train the learned parts (needs the [train] extra).")
+train_app = typer.Typer(no_args_is_help=True, help="Train the learned parts (needs the \\[train] extra).")
 app.add_typer(train_app, name="train")
 
 out = Console()
@@ -700,7 +700,7 @@ def bench_tiers(
         "Store the dataset is ingested into (default: runs/locomo.db, runs/hotpotqa_tiers.db)."))] = None,
     llm_cache: LLMCacheOpt = Path("runs/llm_cache_tiers.db"),
     module_cache: ModuleCacheOpt = Path("runs/tier_modules.db"),
-    plot: Annotated[Path | None, typer.Option(help="Frontier PNG.")] = Path("docs/tiers_frontier.png"),
+    plot: Annotated[Path | None, typer.Option(help="Frontier PNG.")] = Path("runs/tiers_frontier.png"),
     json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
 ) -> None:
     """Quality against cost: trained tier policies per lambda, the heuristic default and fixed
@@ -768,7 +768,7 @@ def bench_progressive(
     store: Annotated[Path, typer.Option("--store", help="Store the dataset is ingested into.")
                      ] = Path("runs/locomo.db"),
     plot: Annotated[Path | None, typer.Option(help="Quality-vs-latency PNG.")
-                    ] = Path("docs/progressive_locomo.png"),
+                    ] = Path("runs/progressive_locomo.png"),
     json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
     verify: Annotated[int, typer.Option(
         help="Also run auto for real on N recorded questions and check it matches the table.")] = 0,
@@ -896,7 +896,7 @@ AgentVariantsOpt = Annotated[str, typer.Option(help=(
     "Comma list of fast, deep, auto, truncation, prefix-fill."))]
 JudgeProviderOpt = Annotated[str, typer.Option(help="Judge provider: local or http (OpenAI-compatible).")]
 JudgeModelOpt = Annotated[str | None, typer.Option(help=(
-    "Judge model (local default: qwen2.5-1.5b from the [judge] extra; http: the server's name)."))]
+    "Judge model (local default: qwen2.5-1.5b from the \\[judge] extra; http: the server's name)."))]
 JudgeBaseUrlOpt = Annotated[str | None, typer.Option(help="Base URL for --judge-provider http.")]
 AgentJudgeOpt = Annotated[bool, typer.Option("--judge/--no-judge", help=(
     "Judge the answers (a later run with --judge fills in what a --no-judge run left)."))]
@@ -1036,7 +1036,8 @@ def bench_beam(
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
     scope: ScopeOpt = None, user: UserOpt = None, agent: AgentOpt = None, run: RunOpt = None,
-    mode: Annotated[str, typer.Option(help="fast, deep or auto.")] = "fast",
+    mode: Annotated[str | None, typer.Option(help="fast, deep or auto [default: fast; deep with --tiered].")
+                    ] = None,
     tau: Annotated[float | None, typer.Option(help="Router threshold for --mode auto.")] = None,
     router: Annotated[str, typer.Option(help=(
         "For --mode auto: default (the trained router when one is installed or named by "
@@ -1044,7 +1045,7 @@ def ask(
         "(zero-shot), or the folder of a router from `suffice train router`."))] = "default",
     deep_model: Annotated[str | None, typer.Option(help=(
         "Model for the deep path's answer (capacity escalation), e.g. qwen2.5-1.5b with the "
-        "[judge] extra; default: the fast path's model."))] = None,
+        "\\[judge] extra; default: the fast path's model."))] = None,
     budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
     timeout: Annotated[float | None, typer.Option(
         help="Seconds for the whole query, every model call included; then it answers from what it has.")
@@ -1066,6 +1067,9 @@ def ask(
 ) -> None:
     """Answer a question from memory and print the answer with its receipt."""
     with errors():
+        if tiered and mode == "fast":
+            fail("--tiered runs on the deep path: use --mode deep (its default) or --mode auto")
+        mode = mode or ("deep" if tiered else "fast")
         if mode not in ("fast", "deep", "auto"):
             fail(f"unknown mode {mode!r}; use fast, deep or auto")
         if router not in ("default", "signals", "lm") and not Path(router).is_dir():
@@ -1264,7 +1268,7 @@ def bench_retrieval(
     db: Annotated[str | None, typer.Option("--db", help="Store to use (default: a temporary one).")] = None,
     folds: Annotated[int, typer.Option(min=0, max=100, help=(
         "LoCoMo: also train the encoder on K-1 folds of conversations and score it on the "
-        "held-out fold (rows dense-tuned, fused-tuned); needs the [train] extra. 0: off."))] = 0,
+        "held-out fold (rows dense-tuned, fused-tuned); needs the \\[train] extra. 0: off."))] = 0,
     epochs: Annotated[int, typer.Option(min=1, max=50, help="Training epochs per fold.")] = 1,
     keep: Annotated[Path | None, typer.Option(help=(
         "Keep the fold models and stores here; a rerun reuses those trained on the same folds."))] = None,

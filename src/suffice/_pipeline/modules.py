@@ -218,8 +218,8 @@ _NLP: Language | None = None
 
 
 def load_spacy() -> Language:
-    """spaCy's small English pipeline, loaded once per process (about 3 s; never costed as a
-    module call: it is start-up, not per-query work)."""
+    """spaCy's small English pipeline, loaded once per process (about 3 s). The pipeline loads
+    it before a Mid module's clock starts: it is start-up, not per-query work."""
     global _NLP
     if _NLP is None:
         try:

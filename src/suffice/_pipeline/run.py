@@ -37,6 +37,7 @@ from .modules import (
     Tier,
     digest,
     keyword_filter,
+    load_spacy,
     parse_facts,
     parse_picks,
     rule_facts,
@@ -285,7 +286,7 @@ class TieredPipeline:
             return parse_facts(reply), record
 
         key_in = question + "\x1f" + "|".join(c.key() for c in chunks)
-        out, rec = self._module(module, tier, key_in, low, mid, llm, ledger)
+        out, rec = self._module(module, tier, key_in, low, mid, llm, ledger, warm=load_spacy)
         return [str(x) for x in out], rec
 
     def _summary(self, question: str, chunks: Sequence[Chunk], facts: dict[str, list[str]],
@@ -326,10 +327,15 @@ class TieredPipeline:
 
     def _module(self, module: Module, tier: Tier, key_in: str, low: Callable[[], Any],
                 mid: Callable[[], Any], llm: Callable[[LLM, Reasoning], tuple[Any, CallRecord]],
-                ledger: Ledger | None) -> tuple[Any, ModuleReceipt]:
+                ledger: Ledger | None, warm: Callable[[], object] | None = None
+                ) -> tuple[Any, ModuleReceipt]:
         """Run the module at ``tier``, falling down the ladder on failure. A failed rung is
-        paid for too: its tokens and time go on the receipt of the rung that answered (and
-        the failure is cached, so a replay costs what the first attempt cost)."""
+        paid for too: its tokens and time go on the receipt of the rung that answered. A failure
+        that would repeat (unusable model output, bad input) is cached, so a replay costs what
+        the first attempt cost; one that may not (a server down, a deadline, a missing extra or
+        model) is not, so the next run tries the tier again.
+        ``warm``: start-up the learned tier needs once per process (loading spaCy), run before
+        its clock starts so the first question does not pay for every later one."""
         s = self.settings
         ladder = self._ladder(tier)
         notes: list[str] = []
@@ -339,13 +345,19 @@ class TieredPipeline:
             hit = self.cache.get(key)
             cached = hit is not None
             if hit is None:
+                if warm is not None and model_name == "learned":
+                    try:
+                        warm()
+                    except ConfigError:
+                        pass  # the rung fails below, and its receipt says why
                 self._calls.records = []
                 t0 = time.perf_counter()
                 try:
                     value, _ = run(low, mid, llm)
                 except (SufficeError, ValueError, KeyError, IndexError) as exc:
                     hit = self._spent(t0, {"failed": f"{type(exc).__name__}: {str(exc)[:80]}"})
-                    self.cache.put(key, hit)
+                    if _repeats(exc):
+                        self.cache.put(key, hit)
                 else:
                     hit = self._spent(t0, {"value": value})
                     self.cache.put(key, hit)
@@ -450,3 +462,12 @@ def _mean(vecs: Sequence[np.ndarray | None], dim: int) -> np.ndarray:
 
 
 assert MODULES == ("filter", *FACT_MODULES, "summary")
+
+
+def _repeats(exc: Exception) -> bool:
+    """Whether a module failure would happen again on the same input: unusable output or bad
+    input would; a provider or configuration failure (server down, deadline, no model, a
+    missing extra) is about the environment and may be gone on the next run."""
+    if isinstance(exc, OutputParseError):
+        return True
+    return not isinstance(exc, (ConfigError, ProviderError))

@@ -1,4 +1,4 @@
-"""Decisions: whether the fast context suffices, and (later) which tier each module runs."""
+"""Decisions: whether the fast context suffices, and which tier each pipeline module runs."""
 
 from .sufficiency import (
     LMRouter,

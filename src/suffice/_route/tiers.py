@@ -38,8 +38,21 @@ class FixedTiers:
     tiers: Mapping[str, Tier]
     name: str = "fixed"
 
+    def __post_init__(self) -> None:
+        missing = [m for m in MODULES if m not in self.tiers]
+        unknown = sorted(set(self.tiers) - set(MODULES))
+        bad = {m: t for m, t in self.tiers.items() if t not in TIERS}
+        if missing or unknown or bad:
+            said = ([f"no tier for {', '.join(missing)}"] * bool(missing)
+                    + [f"unknown module(s) {', '.join(unknown)}"] * bool(unknown)
+                    + [f"{m}: {t!r} is not one of {', '.join(TIERS)}" for m, t in bad.items()])
+            raise ConfigError(f"fixed tiers need one of {', '.join(TIERS)} for each of "
+                              f"{', '.join(MODULES)}: " + "; ".join(said))
+
     @classmethod
     def all(cls, tier: Tier) -> FixedTiers:
+        if tier not in TIERS:
+            raise ConfigError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
         return cls({m: tier for m in MODULES}, f"all-{tier}")
 
     def chooser(self, question: str) -> Chooser:
@@ -129,26 +142,55 @@ class TierPolicy:
         e: np.ndarray = np.exp(z - z.max())
         return e / float(e.sum())
 
+    @property
+    def dim(self) -> int:
+        """The length of the vectors it reads (the question's and the input's are the same)."""
+        return int(self.w["wu"].shape[1]) // 2
+
     def chooser(self, question: str) -> Chooser:
-        return lambda module, q, x: int(np.argmax(self.probs(module, q, x)))
+        def choose(module: Module, q: np.ndarray, x: np.ndarray) -> int:
+            if q.shape[0] != self.dim or x.shape[0] != self.dim:
+                raise ConfigError(f"the tier policy {self.name} reads {self.dim}-dim vectors; this "
+                                  f"memory's are {q.shape[0]}-dim (another encoder)")
+            return int(np.argmax(self.probs(module, q, x)))
+        return choose
+
+    def check_fits(self, encoder: str) -> None:
+        """Refuse a memory this policy cannot read: one without an embedder (the pipeline would
+        feed it zero vectors) or one whose encoder is not the one it was trained on."""
+        if not encoder:
+            raise ConfigError(f"the tier policy {self.name} reads question and input embeddings, and "
+                              "this memory has no embedder; use the heuristic default or FixedTiers")
+        if self.encoder and self.encoder != encoder:
+            raise ConfigError(f"the tier policy {self.name} was trained on encoder {self.encoder!r}; "
+                              f"this memory uses {encoder!r}")
 
     @classmethod
     def load(cls, path: str | Path) -> TierPolicy:
         p = Path(path)
+        card = p.with_suffix(".json")
         try:
-            meta = json.loads(p.with_suffix(".json").read_text()) if p.with_suffix(".json").exists() else {}
-            with np.load(p) as z:
+            meta = json.loads(card.read_text()) if card.exists() else {}
+            with np.load(p, allow_pickle=False) as z:
                 weights = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read tier policy {p}: {exc}") from exc
+        except (OSError, ValueError, TypeError, AttributeError) as exc:  # not a .npz, or not JSON
+            raise ConfigError(f"cannot read tier policy {p} (a .npz file of `suffice train tiers` "
+                              f"and its .json card): {exc}") from exc
+        if not isinstance(meta, dict):
+            raise ConfigError(f"tier policy card {card} is not a JSON object")
+        try:
+            lam = float(meta.get("lam", 0.0))
+        except (TypeError, ValueError):
+            raise ConfigError(f"tier policy card {card}: lam must be a number, got {meta['lam']!r}") from None
         # A policy from a stopped training run says so wherever its name is shown (receipts, bench).
         mark = ", provisional" if meta.get("provisional") else ""
+        mark += "" if card.exists() else ", no card"
         cap = str(meta.get("tier_cap", "high"))
         if cap not in TIERS:
             raise ConfigError(f"tier policy {p}: its card's tier_cap must be one of {', '.join(TIERS)}, "
                               f"got {cap!r}")
         capped = "" if cap == "high" else f", up to {cap}"
-        return cls(weights, lam=float(meta.get("lam", 0.0)), encoder=str(meta.get("encoder", "")),
+        return cls(weights, lam=lam, encoder=str(meta.get("encoder", "")),
                    name=f"trained(λ={meta.get('lam', 0.0)}{capped}{mark})", cap=cap)
 
     def save(self, path: str | Path, **meta: object) -> None:
@@ -165,7 +207,9 @@ class TierPolicy:
 
 
 def load_tier_policy(path: str | Path, lam: float | None = None) -> TierPolicy:
-    """A policy file, or from a folder of them (one per λ) the one trained nearest ``lam``."""
+    """A policy file, or from a folder of them (one per λ) the one trained nearest ``lam``;
+    without ``lam``, the λ = 0 one: quality first, at whatever its training cap allows (a
+    policy trained without a cap may call the model for every module)."""
     p = Path(path)
     if p.is_file():
         return TierPolicy.load(p)
@@ -180,12 +224,15 @@ def load_tier_policy(path: str | Path, lam: float | None = None) -> TierPolicy:
 def default_tiers(lam: float | None, encoder: str) -> TierSource:
     """The trained policy ``$SUFFICE_TIERS`` names (the one nearest ``lam``) when it was
     trained on ``encoder``; else :class:`HeuristicTiers`. A named policy that cannot be read,
-    or that was trained on another encoder, is an error, not a silent fallback."""
+    or that cannot read this memory (no embedder, another encoder), is an error, not a silent
+    fallback; so is a ``lam`` with no policy installed to pick from."""
     path = os.environ.get(TIERS_ENV, "").strip()
     if not path:
+        if lam is not None:
+            raise ConfigError(f"lam={lam:g} picks a trained tier policy and none is installed (set "
+                              f"${TIERS_ENV} to a file or folder from `suffice train tiers`); "
+                              "leave lam out for the heuristic default")
         return HeuristicTiers(embedder=bool(encoder))
     policy = load_tier_policy(path, lam)
-    if policy.encoder and encoder and policy.encoder != encoder:
-        raise ConfigError(f"the tier policy at {path} was trained on encoder {policy.encoder!r}; "
-                          f"this memory uses {encoder!r}")
+    policy.check_fits(encoder)
     return policy
