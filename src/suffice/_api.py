@@ -686,9 +686,9 @@ class Memory:
             if tiers is not None and lam is not None:
                 raise InvalidQueryError("lam picks one of the installed trained policies; with "
                                         "tiers= it would pick nothing: give one or the other")
+            if isinstance(tiers, TierPolicy):  # default_tiers checks the one it installs
+                tiers.check_fits(encoder)
             source = tiers or default_tiers(lam, encoder)
-            if isinstance(source, TierPolicy):
-                source.check_fits(encoder)
         router = router or self.router
         model = llm or self.default_llm()
         tiered = None
