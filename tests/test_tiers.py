@@ -568,6 +568,15 @@ def test_a_retrained_policy_is_answered_again_though_it_keeps_its_name(tmp_path,
         bt.run(memory, llm, [item], [first, second], out, budget=500)
 
 
+def test_a_missing_capacity_model_is_refused_before_the_reader_loads(memory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    memory.tier_settings = TierSettings(strategy="capacity")
+    memory.tier_models = {"low": ScriptedLLM("x"), "high": ScriptedLLM("y")}
+    monkeypatch.setattr(memory, "default_llm", lambda: pytest.fail("the reader was loaded first"))
+    with pytest.raises(ConfigError, match="three models"):
+        memory.ask("What is the name of Dana's cat?", scope="dana", mode="deep", agent="tiered",
+                   tiers=FixedTiers.all("low"))
+
+
 def test_the_capacity_strategy_asks_the_model_of_each_tier(memory) -> None:  # type: ignore[no-untyped-def]
     small, large = ScriptedLLM('<answer>["small"]</answer>', model="small"), \
         ScriptedLLM('<answer>["large"]</answer>', model="large")

@@ -44,7 +44,16 @@ from ._errors import (
 )
 from ._llm.base import LLM
 from ._messages import is_message, message_items
-from ._pipeline import TIERS, ModuleCache, Tier, TieredAgent, TieredPipeline, TierSettings, TierSource
+from ._pipeline import (
+    TIERS,
+    ModuleCache,
+    Tier,
+    TieredAgent,
+    TieredPipeline,
+    TierSettings,
+    TierSource,
+    check_models,
+)
 from ._records import RecordIndex, RecordWriter
 from ._render import Renderer
 from ._retrieve import Method, Retriever
@@ -689,6 +698,8 @@ class Memory:
             if isinstance(tiers, TierPolicy):  # default_tiers checks the one it installs
                 tiers.check_fits(encoder)
             source = tiers or default_tiers(lam, encoder)
+            if self.tier_models is not None:  # else the call's one model serves every tier
+                check_models(self.tier_settings, self.tier_models)
         router = router or self.router
         model = llm or self.default_llm()
         tiered = None

@@ -46,7 +46,7 @@ from .modules import (
 )
 
 __all__ = ["Chooser", "ModuleCache", "ModuleReceipt", "PipelineResult", "TierSettings", "TierSource",
-           "TieredPipeline"]
+           "TieredPipeline", "check_models"]
 
 Chooser = Callable[[Module, np.ndarray, np.ndarray], int]
 """Picks a tier (0 Low, 1 Mid, 2 High) for a module from the question's vector and the
@@ -74,7 +74,8 @@ class TierSettings:
     window: int = 1
     """Turns either side of a hit in its chunk."""
     budget: int = 2000
-    """Tokens of the summary the reader gets."""
+    """Tokens of the summary when a caller names no budget; ``Memory.ask`` and ``bench tiers``
+    always name one (the deep evidence budget, the reader budget), so it rarely applies."""
     material_tokens: int = 350
     """Tokens of chunk text an LLM module reads at most."""
     cpu_usd_per_hour: float = 0.10
@@ -181,6 +182,13 @@ class ModuleCache:
                 self._db = None
 
 
+def check_models(settings: TierSettings, llms: Mapping[str, LLM]) -> None:
+    """Refuse the capacity strategy without its three models; ``Memory.ask`` calls it before
+    the reader loads, so a missing one is reported before seconds go into loading it."""
+    if settings.strategy == "capacity" and not {"low", "mid", "high"} <= set(llms):
+        raise ConfigError("the capacity strategy needs three models: low, mid and high")
+
+
 class TieredPipeline:
     """filter -> entity, temporal, topic -> summary, each at the tier ``choose`` picks.
 
@@ -199,8 +207,7 @@ class TieredPipeline:
             self.llms = dict(llms)
         else:
             self.llms = {"low": llms, "mid": llms, "high": llms}
-        if self.settings.strategy == "capacity" and not {"low", "mid", "high"} <= set(self.llms):
-            raise ConfigError("the capacity strategy needs three models: low, mid and high")
+        check_models(self.settings, self.llms)
         self.embedder = embedder
         self.cache = cache or ModuleCache()
         self._rate = self.settings.cpu_usd_per_hour / 3.6e6  # USD per millisecond
