@@ -81,6 +81,61 @@ def test_bad_input_is_refused_and_nothing_is_stored(mem):
     assert not mem.store.has_scope("run-1")
 
 
+def test_the_newest_results_come_with_the_call_that_asked_for_them(mem):
+    msgs = run(30)
+    msgs[-1] = {"role": "tool", "tool_call_id": "c29", "content": "x = 1\n" * 90}  # a result is newest
+    fitted = mem.fit(msgs, 1000, scope="run-1")   # the window (250) holds the result, not its call
+    assert fitted.tokens <= 1000
+    assert fitted.messages[-fitted.kept_recent:] == msgs[-3:]   # call, its first result, the newest
+    assert fitted.messages[-fitted.kept_recent]["tool_calls"][0]["id"] == "c29"
+
+
+def test_an_empty_tool_result_is_sent_on_but_not_stored(mem):
+    msgs = [*run(3), {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "q", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "q", "content": ""}, {"role": "assistant", "content": ""}]
+    fitted = mem.fit(msgs, 10_000, scope="run-1")
+    assert fitted.messages == msgs
+    assert all(it.text for it in mem.items(scope="run-1"))
+    assert mem.fit(msgs, 300, scope="run-1").tokens <= 300
+
+
+def test_a_bad_message_is_named_by_its_place_in_the_callers_list(mem):
+    msgs = [SYSTEM, {"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}]
+    with pytest.raises(InvalidItemError, match="message 2: role must be"):
+        mem.fit(msgs, 500, scope="run-1")
+    with pytest.raises(InvalidItemError, match="memory_role"):
+        mem.fit(run(2), 500, scope="run-1", memory_role="tool")
+    assert not mem.store.has_scope("run-1")
+
+
+def test_messages_are_stored_under_the_agent_and_the_render_reads_that_agent_only(mem):
+    mem.add("The deploy key is kept in vault path ops/deploy.", user_id="ana", agent_id="other")
+    fitted = mem.fit([*run(30), {"role": "user", "content": "Where is the deploy key kept?"}], 800,
+                     user_id="ana", agent_id="coder")
+    assert {it.agent for it in mem.items(user_id="ana", agent_id="coder")} == {"coder"}
+    assert len(mem.items(user_id="ana", agent_id="coder")) == fitted.stored
+    assert "ops/deploy" not in fitted.messages[1]["content"]
+
+
+def test_images_count_and_text_parts_and_sdk_objects_are_read(mem):
+    class Dumped(dict):  # stands for a pydantic message object of an OpenAI client
+        def model_dump(self, exclude_none: bool = False) -> dict:
+            return dict(self)
+
+    shot = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    assert message_tokens({"role": "user", "content": [shot]}) > 500
+    assert message_tokens({"role": "user", "content": [{"type": "text", "text": None}]}) < 10
+    asked = Dumped(role="user", content=[{"type": "text", "text": "Which line defined value_7_2?"}])
+    msgs = [*run(30)[:-1], asked]
+    fitted = mem.fit(msgs, 1500, scope="run-1")             # rendered for the question in parts
+    assert "value_7_2 = compute(2)" in fitted.messages[1]["content"]
+    patch = {"id": "k", "type": "custom", "custom": {"name": "apply_patch", "input": "*** x"}}
+    custom = {"role": "assistant", "content": None, "tool_calls": [patch]}
+    mem.fit([*msgs, custom], 1500, scope="run-1")
+    assert any(it.text == "apply_patch(*** x)" for it in mem.items(scope="run-1", kind="tool_call"))
+
+
 def test_a_restricted_memory_fits_only_in_its_scopes(mem):
     with pytest.raises(AccessDeniedError):
         mem.restrict(["run-1"]).fit(run(2), 500, scope="run-2")

@@ -235,6 +235,14 @@ def test_broken_swe_files_are_named_with_the_position(tmp_path: Path) -> None:
         swe_trajectory(write_gz(bad, raw))
 
 
+def test_a_swe_run_stopped_by_a_limit_keeps_why_as_its_last_steps_exit(tmp_path: Path) -> None:
+    raw = swe_raw()
+    raw["messages"].append({"role": "user", "content": "LimitsExceeded"})
+    run = swe_trajectory(write_gz(tmp_path / "x.traj.json.gz", raw))
+    assert run.items[-1].text == "LimitsExceeded" and run.items[-1].meta["exit"] is True
+    assert run.items[-1].meta["step"] == run.items[-2].meta["step"]
+
+
 # -- τ-bench and τ²-bench ---------------------------------------------------------------------------
 
 def test_tau_runs_keep_messages_calls_and_results(tau_file: Path) -> None:

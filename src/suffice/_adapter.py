@@ -11,6 +11,7 @@ what the rendered memory draws on.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 
 from ._config import RenderConfig, RetrievalConfig
 from ._errors import BudgetError, InvalidItemError
+from ._messages import TEXT_PARTS, message_items
 from ._render import Renderer
 from ._tokens import count_tokens
 from ._types import Context, Filter, Item
@@ -28,8 +30,14 @@ Add = Callable[[list[dict[str, Any]], str, str], list[Item]]
 
 MESSAGE_OVERHEAD = 4
 """Tokens a chat format spends per message beyond its content (role and separators)."""
+PART_TOKENS = 765
+"""What a non-text content part (an image, audio, a file) is counted as: an image of
+1024 x 1024 at high detail in OpenAI's accounting. An estimate on the high side, so that a
+window of screenshots does not pass for a few tokens."""
 MEMORY_HEADER = "Memory of earlier steps (verbatim, in time order; a timeline line per part):"
 LEADING_ROLES = ("system", "developer")
+MEMORY_ROLES = ("system", "developer", "user")
+RESULT_ROLES = ("tool", "function")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +58,57 @@ class FittedMessages:
     """Items this call wrote to memory (0 when every message was stored before)."""
 
 
-def message_tokens(msg: Mapping[str, Any]) -> int:
-    """Estimated tokens of one chat message: its text, its tool calls, and the overhead."""
+def _text_of(msg: Mapping[str, Any]) -> tuple[str, int]:
+    """(the text of a message's content, how many non-text parts it has)."""
     content = msg.get("content")
-    if isinstance(content, list):
-        text = "\n".join(p.get("text", "") if isinstance(p, Mapping) else str(p) for p in content)
-    else:
-        text = content if isinstance(content, str) else ""
-    calls = msg.get("tool_calls")
-    extra = json.dumps(calls, ensure_ascii=False, sort_keys=True) if calls else ""
-    return count_tokens(text) + (count_tokens(extra) if extra else 0) + MESSAGE_OVERHEAD
+    if isinstance(content, str):
+        return content, 0
+    if not isinstance(content, list):
+        return "", 0
+    texts, others = [], 0
+    for p in content:
+        if isinstance(p, str):
+            texts.append(p)
+        elif isinstance(p, Mapping) and p.get("type") in TEXT_PARTS:
+            texts.append(str(p.get(TEXT_PARTS[p["type"]]) or ""))
+        else:
+            others += 1
+    return "\n".join(texts), others
+
+
+def message_tokens(msg: Mapping[str, Any]) -> int:
+    """Estimated tokens of one chat message: its text, its other parts, its tool calls and
+    refusal, and the per-message overhead."""
+    text, others = _text_of(msg)
+    extra = [json.dumps(msg[k], ensure_ascii=False, sort_keys=True, default=str)
+             for k in ("tool_calls", "function_call") if msg.get(k)]
+    if isinstance(msg.get("refusal"), str):
+        extra.append(msg["refusal"])
+    return (count_tokens(text) + sum(count_tokens(x) for x in extra) + others * PART_TOKENS
+            + MESSAGE_OVERHEAD)
+
+
+def _plain(msg: object) -> object:
+    """A message as a dict: SDK message objects (pydantic models, as an OpenAI client returns
+    them, tool calls included) are dumped; anything else is left for the checks."""
+    if hasattr(msg, "model_dump"):
+        msg = msg.model_dump(exclude_none=True)
+    if not isinstance(msg, Mapping):
+        return msg
+    out = dict(msg)
+    if isinstance(out.get("tool_calls"), list):
+        out["tool_calls"] = [c.model_dump(exclude_none=True) if hasattr(c, "model_dump") else c
+                             for c in out["tool_calls"]]
+    return out
+
+
+def _storable(msg: Mapping[str, Any]) -> bool:
+    """Whether a message has anything to remember: an empty tool result (a command with no
+    output) or an empty assistant turn is sent on as it is but stored as nothing."""
+    text, others = _text_of(msg)
+    refusal = msg.get("refusal")
+    return bool(text.strip() or others or msg.get("tool_calls") or msg.get("function_call")
+                or (isinstance(refusal, str) and refusal.strip()))
 
 
 def _message_id(session: str, index: int, msg: Mapping[str, Any]) -> str:
@@ -70,20 +119,29 @@ def _message_id(session: str, index: int, msg: Mapping[str, Any]) -> str:
 def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope: str,
                  messages: Sequence[Mapping[str, Any]], budget_tokens: int, *, session: str,
                  recent_share: float = 0.25, query: str | None = None, render: RenderConfig | None = None,
-                 memory_role: str = "system") -> FittedMessages:
-    """See :meth:`suffice.Memory.fit`; the memory hands in how to write and how to render."""
+                 memory_role: str = "system", flt: Filter | None = None) -> FittedMessages:
+    """See :meth:`suffice.Memory.fit`; the memory hands in how to write and how to render,
+    and ``flt``, what of the scope the render may draw on (the call's agent and run)."""
     if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens <= 0:
         raise BudgetError(f"budget_tokens must be a positive whole number, got {budget_tokens!r}")
-    if not 0.0 < recent_share <= 1.0:
+    if isinstance(recent_share, bool) or not isinstance(recent_share, (int, float)) \
+            or not 0.0 < recent_share <= 1.0:
         raise BudgetError(f"recent_share must be in (0, 1], got {recent_share!r}")
+    if memory_role not in MEMORY_ROLES:
+        raise InvalidItemError(f"memory_role must be one of {', '.join(MEMORY_ROLES)}, got {memory_role!r}")
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidItemError("messages must be a list of chat messages")
-    msgs = [dict(m) if isinstance(m, Mapping) else m for m in messages]
-    for i, m in enumerate(msgs):
+    msgs: list[dict[str, Any]] = []
+    for i, raw in enumerate(messages):
+        m = _plain(raw)
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise InvalidItemError(f"message {i}: a chat message needs a 'role'")
+        msgs.append(m)
     if not msgs:
         raise InvalidItemError("messages is empty")
+    for i, m in enumerate(msgs):  # numbered as the caller's list, before anything is written
+        if _storable(m):
+            message_items(m, i, {})
 
     lead = 0
     while lead < len(msgs) and msgs[lead]["role"] in LEADING_ROLES:
@@ -96,7 +154,8 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
 
     # Written once: ids from session and position, so a re-sent list stores only its new tail.
     body = msgs[lead:]
-    with_ids = [{**m, "id": m.get("id") or _message_id(session, lead + i, m)} for i, m in enumerate(body)]
+    ids = [m.get("id") or _message_id(session, lead + i, m) for i, m in enumerate(body)]
+    with_ids = [{**m, "id": ident} for m, ident in zip(body, ids, strict=True) if _storable(m)]
     last_seq = renderer.store.max_seq(scope)  # -1 for a new scope
     stored = add(with_ids, scope, session) if with_ids else []
     written = sum(1 for it in stored if it.seq > last_seq)  # messages stored before come back as they were
@@ -108,27 +167,17 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     if sum(costs) <= budget_tokens:
         return FittedMessages(list(msgs), sum(costs), budget_tokens, len(body), 0, None, written)
 
-    # Recent window: newest messages while they fit in recent_share of the budget (the newest
-    # one always, when it fits the budget at all); it never starts with a tool result cut off
-    # from the call that asked for it.
-    window = int(recent_share * budget_tokens)
-    start, used = len(msgs), 0
-    while start > lead and (used + costs[start - 1] <= window or start == len(msgs)):
-        if fixed + used + costs[start - 1] > budget_tokens:
-            break
-        start -= 1
-        used += costs[start]
-    while start < len(msgs) and msgs[start]["role"] in ("tool", "function"):
-        used -= costs[start]
-        start += 1
+    start, used = _recent_window(msgs, costs, lead, fixed, budget_tokens, recent_share)
     recent = msgs[start:]
 
     left = budget_tokens - fixed - used - MESSAGE_OVERHEAD - count_tokens(MEMORY_HEADER) - 1
     context = None
     middle: list[dict[str, Any]] = []
     if left > 0 and start > lead:
-        cut = first_seq.get(with_ids[start - lead]["id"]) if start < len(msgs) else None
-        flt = Filter(before_seq=cut) if cut is not None else None
+        # The render draws only on what is older than the window (the window is sent verbatim).
+        cut = next((first_seq[ident] for ident in ids[start - lead:] if ident in first_seq), None)
+        if cut is not None:
+            flt = dataclasses.replace(flt or Filter(), before_seq=cut)
         q = query if query is not None else _last_text(msgs)
         context = renderer.render(scope, q, left, config=render or RenderConfig.for_agent(),
                                   retrieval=retrieval, flt=flt, agent=False)
@@ -142,11 +191,41 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     return FittedMessages(out, tokens, budget_tokens, len(recent), start - lead, context, written)
 
 
+def _recent_window(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead: int, fixed: int,
+                   budget: int, recent_share: float) -> tuple[int, int]:
+    """(where the recent window starts, its tokens): the newest messages while they fit in
+    ``recent_share`` of the budget (the newest one always, when it fits the budget at all).
+
+    It never opens on a tool result cut off from the call that asked for it: it reaches back
+    to that call when the whole budget allows, as an agent's pending call and its results are
+    what its next step reads; else the cut-off results go (they are in memory)."""
+    window = int(recent_share * budget)
+    start, used = len(msgs), 0
+    while start > lead and (used + costs[start - 1] <= window or start == len(msgs)):
+        if fixed + used + costs[start - 1] > budget:
+            break
+        start -= 1
+        used += costs[start]
+    if start < len(msgs) and msgs[start]["role"] in RESULT_ROLES:
+        back = start
+        while back > lead and msgs[back - 1]["role"] in RESULT_ROLES:
+            back -= 1
+        call = back - 1
+        if (call >= lead and msgs[call]["role"] == "assistant"
+                and (msgs[call].get("tool_calls") or msgs[call].get("function_call"))
+                and fixed + used + sum(costs[call:start]) <= budget):
+            return call, used + sum(costs[call:start])
+    while start < len(msgs) and msgs[start]["role"] in RESULT_ROLES:
+        used -= costs[start]
+        start += 1
+    return start, used
+
+
 def _last_text(msgs: Sequence[Mapping[str, Any]]) -> str:
     """What the next step is about: the newest message with text (a user turn first)."""
     for role in ("user", None):
         for m in reversed(msgs):
-            content = m.get("content")
-            if isinstance(content, str) and content.strip() and (role is None or m.get("role") == role):
-                return content
+            text, _ = _text_of(m)
+            if text.strip() and (role is None or m.get("role") == role):
+                return text
     return ""

@@ -630,15 +630,25 @@ class Memory:
         memory rendered for ``query`` (default: the newest user text) under the tokens left,
         from the items older than the recent window. Every message is stored once (ids from
         the session and position: sending the grown list again stores only what is new), so a
-        list that fits is returned as it is, and nothing dropped is lost.
+        list that fits is returned as it is, and nothing dropped is lost; a message with nothing
+        in it (an empty tool result) is sent on but not stored.
+
+        Messages are stored under ``agent_id`` and the session (``run_id``, else ``session``,
+        else ``"agent"``). The memory draws on the scope's earlier items of that agent: with
+        ``run_id`` on that run's only; with ``session`` on all of them, earlier runs included.
         """
         ident = self._ident(scope, user_id, agent_id, run_id)
         sess = _pick_session(ident, session) or "agent"
         config = _config(render, RenderConfig, "render", RenderConfig.for_agent())
-        return fit_messages(lambda msgs, scope, sess_: self.add(msgs, scope=scope, session=sess_),
+        # Written under the call's agent; drawn from that agent's items, and with run_id from
+        # that run only (session= names where to write and reads the whole scope).
+        flt = _filter(ident, None, None, None, None, None, None, None)
+        return fit_messages(lambda msgs, _scope, sess_: self.add(
+                                msgs, scope=scope, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                                session=sess_),
                             self._renderer, self.retrieval, ident.scope, messages, budget_tokens,
                             session=sess, recent_share=recent_share, query=query, render=config,
-                            memory_role=memory_role)
+                            memory_role=memory_role, flt=flt)
 
     def ask(self, question: str, *, scope: str | None = None, user_id: str | None = None,
             agent_id: str | None = None, run_id: str | None = None, llm: LLM | None = None,

@@ -20,7 +20,7 @@ from ._types import NewItem
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _KNOWN = {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "id", "refusal",
           "observed_at", "session", "meta"}
-_TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 """Content part types that carry text, and the key that holds it."""
 
 
@@ -75,11 +75,14 @@ def message_items(msg: Mapping[str, Any], index: int, base: dict[str, Any]) -> l
     if msg.get("function_call"):
         calls.append({"type": "function", "function": msg["function_call"]})
     for k, call in enumerate(calls):
-        if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
-            raise InvalidItemError(f"{where}: tool call {k} must have a 'function' object")
-        fn = call["function"]
+        # A function call carries JSON arguments; a custom tool call (OpenAI's free-form tools)
+        # carries its input as plain text.
+        kind = "custom" if isinstance(call, Mapping) and call.get("type") == "custom" else "function"
+        if not isinstance(call, Mapping) or not isinstance(call.get(kind), Mapping):
+            raise InvalidItemError(f"{where}: tool call {k} must have a '{kind}' object")
+        fn = call[kind]
         fname = fn.get("name")
-        args = fn.get("arguments", "")
+        args = fn.get("arguments" if kind == "function" else "input", "")
         if not isinstance(fname, str) or not fname:
             raise InvalidItemError(f"{where}: tool call {k} has no function name")
         if not isinstance(args, str):  # some clients pass parsed arguments; keep them as JSON
@@ -107,9 +110,9 @@ def _content(content: object, where: str) -> tuple[str, list[Any]]:
     for part in content:
         if isinstance(part, str):
             texts.append(part)
-        elif (isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS
-              and isinstance(part.get(_TEXT_PARTS[part["type"]]), str)):
-            texts.append(part[_TEXT_PARTS[part["type"]]])
+        elif (isinstance(part, Mapping) and part.get("type") in TEXT_PARTS
+              and isinstance(part.get(TEXT_PARTS[part["type"]]), str)):
+            texts.append(part[TEXT_PARTS[part["type"]]])
         elif isinstance(part, Mapping) and isinstance(part.get("type"), str):
             others.append(dict(part))
             texts.append(f"[{part['type']}]")

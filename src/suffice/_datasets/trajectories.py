@@ -224,10 +224,15 @@ def _swe_from(p: Path, raw: Any, resolved: bool | None) -> Trajectory:
                 b.add(text, step=step, kind="thought", speaker="agent", role="assistant",
                       format_error=f"{len(blocks)} bash blocks", **extra)
         elif role == "user":
-            if last != "assistant":
+            # A run stopped by a limit (or an unhandled model error) ends with one more user
+            # message right after an observation: the reason it stopped, kept as that step's exit.
+            if last == "user" and i == len(msgs) - 1 and i > 2:
+                b.add(text, step=step, kind="observation", speaker="environment", role="user", exit=True)
+            elif last != "assistant":
                 raise ImportFormatError(f"{at}: an observation must follow an assistant message, "
                                         f"not {last!r}")
-            b.add(text, step=step, kind="observation", speaker="environment", role="user")
+            else:
+                b.add(text, step=step, kind="observation", speaker="environment", role="user")
         else:
             raise ImportFormatError(f"{at}: role must be 'assistant' or 'user' after the task, got {role!r}")
         last = role if isinstance(role, str) else ""
