@@ -1,4 +1,4 @@
-"""The MCP server (``suffice mcp``): memory as five tools an agent framework can call.
+"""The MCP server (``suffice mcp``): memory as six tools an agent framework can call.
 
 Built on the official MCP Python SDK (2.x, ``mcp.server.mcpserver.MCPServer``). Each tool
 checks its arguments against a typed schema, runs one :class:`suffice.Memory` call on a worker
@@ -73,6 +73,8 @@ Long-term memory. `remember` stores turns, steps or chat messages verbatim; noth
 summarised away. `recall` renders what memory holds for a query within a token budget (put
 its text in your context). `ask` answers a question from memory with a receipt of how.
 `list` pages through stored items; `forget` deletes items, a session or a whole scope.
+`fit` takes your whole running message list and a budget, stores it, and returns the
+messages to send next, with memory in place of the dropped middle.
 A scope is a hard partition: name it with `scope`, or with `user_id` (plus `agent_id` or
 `run_id` to narrow within a user's memory)."""
 
@@ -90,6 +92,9 @@ AgentArg = Annotated[str | None, Field(max_length=MAX_NAME, description=(
 RunArg = Annotated[str | None, Field(max_length=MAX_NAME, description=(
     "One run (a session) of the scope (alone: the scope run:<run_id>)."))]
 SessionArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Only items of this session.")]
+FitSessionArg = Annotated[str | None, Field(max_length=MAX_NAME, description=(
+    "The session the messages are stored in (default: run_id, else 'agent'); unlike run_id it "
+    "does not narrow what the memory draws on."))]
 SpeakerArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Only items of this speaker.")]
 KindArg = Annotated[str | None, Field(max_length=MAX_NAME, description=(
     "Only items of this kind (message, tool_call, tool_result, ...)."))]
@@ -580,7 +585,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         query: Annotated[str | None, Field(max_length=MAX_TEXT, description=(
             "What the memory is for (default: the newest user text)."))] = None,
         scope: ScopeArg = None, user_id: UserArg = None, agent_id: AgentArg = None,
-        run_id: RunArg = None, session: SessionArg = None,
+        run_id: RunArg = None, session: FitSessionArg = None,
     ) -> Annotated[CallToolResult, FitOut]:
         """The messages to send the agent's model next: system messages and the newest ones
         verbatim, the dropped middle replaced by memory rendered for this step. Every message

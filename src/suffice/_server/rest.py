@@ -360,7 +360,7 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
                               timeout + 10.0)
         return {"answer": to_json(answer)}
 
-    @app.post("/v1/fit", tags=["read"])
+    @app.post("/v1/fit", tags=["write"])  # it stores the messages
     async def fit(body: FitIn, mem: Caller) -> dict[str, Any]:
         """The messages to send the agent's model next: system messages and the newest ones
         verbatim, the dropped middle replaced by the memory rendered for this step; every
