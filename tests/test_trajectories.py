@@ -295,6 +295,13 @@ def test_broken_tau_files_name_the_run_and_message(tmp_path: Path) -> None:
 
 # -- AMA-Bench and any format ------------------------------------------------------------------------
 
+def test_an_ama_file_out_of_step_order_is_stored_in_step_order(tmp_path: Path) -> None:
+    raw = ama_raw()
+    in_order = load_episode(write_gz(tmp_path / "a.json.gz", raw)).items
+    raw["trajectory"].reverse()
+    assert load_episode(write_gz(tmp_path / "a.json.gz", raw)).items == in_order
+
+
 def test_ama_think_actions_are_thoughts_and_questions_map_to_their_steps_items(tmp_path: Path) -> None:
     ep = load_episode(write_gz(tmp_path / "swebench-3.json.gz", ama_raw()))
     assert [(it.kind, it.id) for it in ep.items[:3]] == [

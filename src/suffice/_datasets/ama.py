@@ -111,6 +111,7 @@ def episode_from(p: Path, raw: Any) -> AmaEpisode:
                 items.append(NewItem(text=text, speaker=speaker, role=speaker, kind=kind,
                                      meta={"step": step, "dataset": "ama"},
                                      id=f"ama-{name}:{step}:{kind}"))
+    items.sort(key=lambda it: it.meta["step"])  # stored in step order even if the file is not (stable)
     n_turns = max(steps, default=-1) + 1
     questions = []
     for qi, qa in enumerate(raw["qa_pairs"]):
