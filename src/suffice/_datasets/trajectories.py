@@ -226,13 +226,12 @@ def _swe_from(p: Path, raw: Any, resolved: bool | None) -> Trajectory:
         elif role == "user":
             # A run stopped by a limit (or an unhandled model error) ends with one more user
             # message right after an observation: the reason it stopped, kept as that step's exit.
-            if last == "user" and i == len(msgs) - 1 and i > 2:
-                b.add(text, step=step, kind="observation", speaker="environment", role="user", exit=True)
-            elif last != "assistant":
+            exit_note = last == "user" and i == len(msgs) - 1 and i > 2
+            if last != "assistant" and not exit_note:
                 raise ImportFormatError(f"{at}: an observation must follow an assistant message, "
                                         f"not {last!r}")
-            else:
-                b.add(text, step=step, kind="observation", speaker="environment", role="user")
+            note: dict[str, Any] = {"exit": True} if exit_note else {}
+            b.add(text, step=step, kind="observation", speaker="environment", role="user", **note)
         else:
             raise ImportFormatError(f"{at}: role must be 'assistant' or 'user' after the task, got {role!r}")
         last = role if isinstance(role, str) else ""
