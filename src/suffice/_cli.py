@@ -588,6 +588,31 @@ ProviderOpt = Annotated[str, typer.Option(
          "replies with the --model text, or without one with a digest of its prompt).")]
 ModelOpt = Annotated[str | None, typer.Option(help="Model name, or a GGUF path for local.")]
 BaseUrlOpt = Annotated[str | None, typer.Option(help="Base URL for --provider http.")]
+StrategyOpt = Annotated[Literal["implementation", "reasoning", "capacity"], typer.Option(help=(
+    "How the tier pipeline's tiers differ: implementation (rules / small models / the model), "
+    "reasoning (one model: direct / step by step / plan, act, check) or capacity (a small, "
+    "medium and large model, see --tier-models)."))]
+CAPACITY_MODELS = ("smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b")
+"""Shipped local models for the capacity strategy: 135M, 0.5B and (``[judge]`` extra) 1.5B."""
+TierModelsOpt = Annotated[str | None, typer.Option(help=(
+    "With --strategy capacity: the low,mid,high models, local names or GGUF paths (with --provider "
+    f"http, model names at --base-url) [default: {','.join(CAPACITY_MODELS)}]."))]
+
+
+def tier_strategy(mem: Any, strategy: str, tier_models: str | None, make: Callable[[str], Any]) -> None:
+    """Give ``mem``'s tier pipeline its strategy; the capacity strategy gets its three models,
+    each made by ``make`` from its name."""
+    if tier_models is not None and strategy != "capacity":
+        fail("--tier-models goes with --strategy capacity")
+    if strategy == "implementation":
+        return
+    from dataclasses import replace
+    mem.tier_settings = replace(mem.tier_settings, strategy=strategy)
+    if strategy == "capacity":
+        names = [n.strip() for n in tier_models.split(",")] if tier_models else list(CAPACITY_MODELS)
+        if len(names) != 3 or not all(names):
+            fail("--tier-models takes three models, low,mid,high")
+        mem.tier_models = {tier: make(name) for tier, name in zip(("low", "mid", "high"), names, strict=True)}
 
 
 def locomo_run(data: Path | None, limit: int | None, store: Path) -> tuple[Any, Any, Any]:
@@ -691,6 +716,8 @@ def bench_tiers(
     data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
     limit: Annotated[int | None, typer.Option(help="First N questions (LoCoMo: of categories 1-4).")] = 150,
     budget: Annotated[int, typer.Option(help="Tokens of the summary the reader gets.")] = 1000,
+    strategy: StrategyOpt = "implementation",
+    tier_models: TierModelsOpt = None,
     provider: ProviderOpt = "local",
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
@@ -721,6 +748,8 @@ def bench_tiers(
         else:
             items, mem, llm = _hotpot_setup(store or Path("runs/hotpotqa_tiers.db"), data, provider,
                                             model, base_url, llm_cache, module_cache, limit)
+        tier_strategy(mem, strategy, tier_models,
+                      lambda name: cached_reader(provider, name, base_url, llm_cache))
         if heuristic:
             sources.append(HeuristicTiers(embedder=mem.embedder is not None))
         if policies is not None:
@@ -748,7 +777,10 @@ def bench_tiers(
             from ._bench.report import envelope, write_json
             write_json(json_out, envelope("bench_tiers", dataset, str(data or "shared copy"),
                                           {"limit": limit, "budget": budget, "lambdas": lambdas,
-                                           "policies": str(policies), "fixed": fixed}, summary))
+                                           "policies": str(policies), "fixed": fixed, "strategy": strategy,
+                                           "tier_models": sorted((k, m.model) for k, m in
+                                                                 (mem.tier_models or {}).items())},
+                                          summary))
 
 
 @bench_app.command("progressive")
@@ -1057,6 +1089,8 @@ def ask(
                    ] = None,
     tier_cap: Annotated[str | None, typer.Option(help="With --tiered: no module above low, mid or high.")
                         ] = None,
+    strategy: StrategyOpt = "implementation",
+    tier_models: TierModelsOpt = None,
     provider: ProviderOpt = "local",
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
@@ -1085,8 +1119,9 @@ def ask(
         tiers: dict[str, Any] = {}
         if tiered:
             tiers = {"agent": "tiered", "lam": lam, "tier_cap": tier_cap}
-        elif lam is not None or tier_cap is not None:
-            fail("--lam and --tier-cap go with --tiered")
+        elif lam is not None or tier_cap is not None or strategy != "implementation" or tier_models:
+            fail("--lam, --tier-cap, --strategy and --tier-models go with --tiered")
+        tier_strategy(mem, strategy, tier_models, lambda name: make_reader(provider, name, base_url))
         ans = mem.ask(question, **where(scope, user, agent, run), llm=llm, deep_llm=deep_llm,
                       mode=mode, router=rt,
                       tau=tau, budget=budget, timeout=timeout, **tiers,
