@@ -49,12 +49,27 @@ class StoreContract:
         (NewItem(text="x", meta="not a dict"), "meta must be a mapping"),  # type: ignore[arg-type]
         (NewItem(text="bad \ud800 surrogate"), "not valid unicode"),
         (NewItem(text="x", meta={"v": float("nan")}), "JSON"),
-        (NewItem(text="nul \x00 inside"), "NUL"),
+        (NewItem(text="nul \x00 inside"), "text contains a NUL"),
+        (NewItem(text="x", speaker="A\x00"), "speaker contains a NUL"),
+        (NewItem(text="x", session="s\x00"), "session contains a NUL"),
+        (NewItem(text="x", id="a\x00b"), "id contains a NUL"),
+        (NewItem(text="x", meta={"k": ["ok", {"deep": "a\x00"}]}), "meta contains a NUL"),
+        (NewItem(text="x", meta={"k\x00": 1}), "meta contains a NUL"),
     ])
     def test_malformed_fields_are_invalid_items(self, store: Store, item, message):
         with pytest.raises(InvalidItemError, match=message):
             store.append("a", [ItemRow(item, "", None, 1, [(0, 1)], ["x"])])
         assert store.stats().items == 0
+
+    def test_nul_is_refused_alike_by_every_backend_and_finds_nothing(self, store: Store):
+        # A backslash and "u0000" in meta is text, not a NUL: it is stored as written.
+        [it] = store.append("a", [row("x", id="k", meta={"code": 'printf("\\u0000")'})])
+        assert store.get("a", "k").meta == {"code": 'printf("\\u0000")'} == it.meta
+        assert store.get("a", "k\x00") is None
+        assert store.forget("a", ids=["k\x00"]).items == 0
+        assert store.check_ids("a", [NewItem("x", id="k\x00")]) == [False]
+        with pytest.raises(InvalidQueryError, match="NUL"):
+            store.find("a", Filter(session="s\x00"))
 
     def test_client_ids_make_adds_idempotent(self, store: Store):
         first = store.append("a", [row("x", id="k1"), row("y", id="k2")])

@@ -292,12 +292,20 @@ def test_the_url_shown_never_holds_the_password():
     assert "s3cret" not in shown and "s3cret" in conninfo and "schema" not in conninfo
     assert (schema, shown) == ("t1", "postgresql://ana@db.example:5433/mem?sslmode=require&schema=t1")
     assert "secret" not in split_url("postgres://h/db?password=secret")[2]
+    assert "secret" not in split_url("postgres://h/db?sslpassword=secret&sslmode=verify-full")[2]
+    # libpq reads %20 as a space and + as a plus: a space must go on as %20
+    conninfo = split_url("postgresql://h/db?options=-c%20statement_timeout%3D5000&application_name=my%20app")[0]
+    assert "options=-c%20statement_timeout%3D5000" in conninfo and "my%20app" in conninfo
+    assert "+" not in conninfo
     with pytest.raises(StoreError, match="lower-case identifier"):
         split_url("postgresql://h/db?schema=Bad-Name")
 
 
 def test_opening_refuses_what_is_not_a_store(pg_location):
     url = pg_location()
+    for word in ("order", "user", "select"):  # keywords: refused by name, not a syntax error
+        with pytest.raises(StoreError, match=f"schema '{word}' is an SQL keyword"):
+            PostgresStore(re.sub(r"schema=\w+", f"schema={word}", url))
     with pytest.raises(StoreError, match="no store at"):
         PostgresStore(url, create=False)
     st = PostgresStore(url)
@@ -362,6 +370,58 @@ def test_a_meta_value_postgresql_cannot_hold_is_refused_by_name(pg):
     with pytest.raises(InvalidItemError, match="session contains a NUL"):
         pg.append("a", [row("x", session="s\x00")])
     assert pg.stats().items == 0 and json.dumps(pg.find("a")) == "[]"
+
+
+def test_a_dense_search_as_of_a_seq_never_sees_later_items_even_just_after_a_write(pg):
+    """The scope's item count is remembered for a second; a bound past that count still cuts."""
+    rng = np.random.default_rng(0)
+    pg.append("a", [vrow(f"t{i}", rng.standard_normal(8).astype(np.float32)) for i in range(10)], encoder="e")
+    q = rng.standard_normal(8).astype(np.float32)
+    assert len(pg.nearest("a", "e", q, 5)) == 5  # remembers 10 items
+    pg.append("a", [vrow(f"u{i}", q + 0.01 * i) for i in range(10)], encoder="e")  # closest of all
+    got = [s for s, _ in pg.nearest("a", "e", q, 5, Filter(before_seq=10))]
+    assert len(got) == 5 and max(got) < 10
+
+
+def test_equal_distances_give_the_newest_items_first(pg):
+    pg.append("a", [vrow(f"same {i}", vec(1, 0)) for i in range(30)], encoder="e")
+    assert [s for s, _ in pg.nearest("a", "e", vec(1, 0), 3)] == [29, 28, 27]
+
+
+def test_odd_encoder_names_and_vectors_pgvector_cannot_hold(pg):
+    for name in ("minilm-100%", "x%(q)s", "x%s"):
+        pg.append(name, [vrow("one", vec(1, 0)), vrow("two", vec(0, 1))], encoder=name)
+        assert [s for s, _ in pg.nearest(name, name, vec(1, 0), 2)] == [0, 1], name
+    pg.append("z", [vrow("zero", np.zeros(2, dtype=np.float32))], encoder="e")
+    assert pg.nearest("z", "e", vec(1, 0), 1) == [(0, 0.0)]  # no direction: no similarity, not NaN
+    for bad in (np.zeros(0, dtype=np.float32), np.ones(16001, dtype=np.float32)):
+        with pytest.raises(StoreError, match="pgvector holds 1 to 16,000"):
+            pg.append("big", [vrow("v", bad)], encoder="e")
+    assert not pg.has_scope("big")
+
+
+def test_vectors_too_wide_for_hnsw_are_searched_exactly_without_building(pg_location):
+    st = PostgresStore(pg_location(), exact_below=2)
+    try:
+        wide = [np.eye(1, 2001, i, dtype=np.float32)[0] for i in range(3)]
+        st.append("w", [vrow(f"w{i}", v) for i, v in enumerate(wide)], encoder="e")
+        assert [s for s, _ in st.nearest("w", "e", wide[2], 1)] == [2]
+        assert st.build_index("w", "e") == [] and not st._builds
+        assert st.check() == []
+    finally:
+        st.close()
+
+
+def test_forget_drops_the_forgotten_values_from_the_planner_statistics(pg):
+    pg.append("ana", [row(f"zqsecret{i % 3}", id=f"zqid{i}", session="zqsess") for i in range(60)])
+    pg.append("ana", [row("kept", id="keep")])
+    with raw(pg) as conn:
+        conn.execute("ANALYZE items")
+    pg.forget("ana", session="zqsess")
+    with raw(pg) as conn:
+        stats = repr(conn.execute("SELECT most_common_vals::text, histogram_bounds::text FROM pg_stats"
+                                  " WHERE schemaname = %s", (pg.schema,)).fetchall())
+    assert "zqsecret" not in stats and "zqsess" not in stats and "zqid" not in stats
 
 
 def test_vectors_of_two_sizes_never_meet(pg):

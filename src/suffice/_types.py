@@ -267,8 +267,10 @@ class ForgetReport:
     records: int
     links: int
     checkpointed: bool
-    """True when the write-ahead log was folded into the database file and emptied, so no
-    copy of the forgotten pages is left in it."""
+    """SQLite: True when the write-ahead log was folded into the database file and emptied, so
+    no copy of the forgotten pages is left in it. PostgreSQL: True when VACUUM (with ANALYZE,
+    so the planner's statistics drop the forgotten values) ran on every touched table; its
+    write-ahead log and backups keep old pages until the server recycles them."""
     scrubbed: bool = False
     """True when the database was rewritten after the deletion (SQLite ``VACUUM``), so no stale
     copy of a forgotten row is left in the free space of a page. Zeroing freed cells is not

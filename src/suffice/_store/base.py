@@ -158,8 +158,11 @@ def validate_item(item: NewItem, index: int) -> None:
         raise InvalidItemError(f"{where}: text must be a string, got {type(item.text).__name__}")
     if not item.text.strip():
         raise InvalidItemError(f"{where}: text is empty")
-    if "\x00" in item.text:
-        raise InvalidItemError(f"{where}: text contains a NUL character")
+    for name in ("text", "id", "session", "speaker", "role", "kind", "agent", "observed_at"):
+        # One rule for every backend: PostgreSQL's text cannot hold NUL, so no store takes it.
+        value = getattr(item, name)
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidItemError(f"{where}: {name} contains a NUL character")
     if item.id is not None and (not isinstance(item.id, str) or not item.id.strip()):
         raise InvalidItemError(f"{where}: id must be a non-empty string when given")
     for name in ("session", "speaker", "role", "kind", "agent"):
@@ -180,6 +183,20 @@ def validate_item(item: NewItem, index: int) -> None:
         json.dumps(item.meta, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidItemError(f"{where}: meta is not JSON-serialisable ({exc})") from None
+    if has_nul(item.meta):
+        raise InvalidItemError(f"{where}: meta contains a NUL character")
+
+
+def has_nul(value: object) -> bool:
+    """True when a NUL character is in ``value``'s strings or keys, at any depth (the text
+    ``\\u0000``, a backslash and five characters, is no NUL)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_nul(v) for v in value)
+    return False
 
 
 def validate_filter(flt: Filter) -> None:
@@ -188,6 +205,8 @@ def validate_filter(flt: Filter) -> None:
         value = getattr(flt, name)
         if value is not None and not isinstance(value, str):
             raise InvalidQueryError(f"filter {name} must be a string, got {type(value).__name__}")
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidQueryError(f"filter {name} contains a NUL character: no item holds one")
     for name in ("since", "until"):
         value = getattr(flt, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 import struct
@@ -53,7 +54,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
@@ -66,11 +67,19 @@ from psycopg_pool import ConnectionPool
 
 from .._errors import ConflictError, InvalidItemError, StoreError
 from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats
-from .base import ItemRow, Layout, content_key, validate_filter, validate_item, validate_scope
+from .base import ItemRow, Layout, content_key, has_nul, validate_filter, validate_item, validate_scope
 from .sqlite import observed_text
 
 PG_SCHEMA_VERSION = 1
 """Version of this backend's table layout (independent of the SQLite store's)."""
+
+HNSW_MAX_DIM = 2000
+"""pgvector's HNSW index takes vectors of at most this many dimensions; larger ones are
+searched exactly."""
+MAX_DIM = 16000
+"""pgvector's ``vector`` type holds at most this many dimensions."""
+BUILD_RETRY_S = 600.0
+"""After an index build failed, dense queries wait this long before starting another."""
 
 K1, B = 1.2, 0.75
 """BM25 parameters: FTS5's, so both backends score alike."""
@@ -219,15 +228,16 @@ def split_url(url: str) -> tuple[str, str, str]:
     if not _SCHEMA_NAME.fullmatch(schema):
         raise StoreError(f"schema {schema!r} in {url.split('@')[-1]!r} must be a lower-case identifier "
                          "(letters, digits, underscores; at most 63 characters)")
-    conninfo = urlunsplit(parts._replace(query=urlencode(rest, safe="/")))
+    conninfo = urlunsplit(parts._replace(query=urlencode(rest, safe="/", quote_via=quote)))
     netloc = parts.netloc
     if "@" in netloc:
         cred, host = netloc.rsplit("@", 1)
         netloc = cred.split(":", 1)[0] + "@" + host
-    shown = [(k, v) for k, v in rest if k != "password"]
+    shown = [(k, v) for k, v in rest if "password" not in k.lower()]  # password, sslpassword
     if schema != DEFAULT_SCHEMA:
         shown.append(("schema", schema))
-    return conninfo, schema, urlunsplit(parts._replace(netloc=netloc, query=urlencode(shown, safe="/")))
+    return conninfo, schema, urlunsplit(parts._replace(netloc=netloc, query=urlencode(shown, safe="/",
+                                                                                  quote_via=quote)))
 
 
 # -- pgvector's binary format: uint16 dimensions, uint16 unused, float32 big-endian values -----------
@@ -279,6 +289,7 @@ class PostgresStore:
         self._builds: dict[str, tuple[threading.Thread, list[psycopg.Connection[Any]]]] = {}
         self._build_lock = threading.Lock()
         self._valid_indexes: set[str] = set()
+        self._failed_builds: dict[str, float] = {}
         self._heads: dict[str, tuple[int, int, float]] = {}
         try:
             with psycopg.connect(self._conninfo, autocommit=True,
@@ -313,6 +324,11 @@ class PostgresStore:
         Under one advisory lock, so two processes opening a new store at once cannot interleave
         their DDL; every statement is idempotent."""
         ident = sql.Identifier(self.schema)
+        keyword = c.execute("SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'",
+                            (self.schema,)).fetchone()
+        if keyword is not None:  # the schema's name goes into statements unquoted
+            raise StoreError(f"cannot open store at {self.path}: schema {self.schema!r} is an SQL keyword "
+                             f"({keyword[0]}); name another with ?schema=")
         with c.transaction():
             c.execute("SELECT pg_advisory_xact_lock(%s, 0)", (self._lock_ns,))
             has_meta = c.execute("SELECT to_regclass(%s)", (f"{self.schema}.meta",)).fetchone()
@@ -331,12 +347,16 @@ class PostgresStore:
                 try:
                     with c.transaction():
                         c.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
+                except pgerrors.UniqueViolation:
+                    pass  # another store's first open created it at the same moment: it is there
                 except psycopg.Error as exc:
                     raise StoreError(
                         f"cannot open store at {self.path}: the pgvector extension is not installed in this "
                         f"database and could not be created ({_message(exc)}); run CREATE EXTENSION vector "
                         "as a superuser") from None
-                vector_schema = "public"
+                row = c.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n"
+                                " ON n.oid = e.extnamespace WHERE e.extname = 'vector'").fetchone()
+                vector_schema = str(row[0]) if row is not None else "public"
             else:
                 vector_schema = str(row[0])
             c.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
@@ -519,6 +539,7 @@ class PostgresStore:
         self._write_pieces(c, scope, [(rid_of[it.seq], row.pieces, row.piece_bodies)
                                       for (_, row, it) in fresh])
         with_vec = [(rid_of[it.seq], row.embedding) for _, row, it in fresh if row.embedding is not None]
+        _check_dims([v for _, v in with_vec])
         if with_vec and encoder:
             c.execute(
                 "INSERT INTO embeddings (rid, model, sid, dim, vec)"
@@ -600,7 +621,7 @@ class PostgresStore:
 
         Raises ConflictError (before anything is written) if one is stored with other content.
         """
-        ids = [it.id for it in items if it.id is not None]
+        ids = [it.id for it in items if it.id is not None and "\x00" not in it.id]  # NUL: never stored
         stored: dict[str, Item] = {}
         if ids:
             for r in self._read(f"SELECT {_COLUMNS} FROM items WHERE scope = %s AND id = ANY(%s)",
@@ -638,6 +659,7 @@ class PostgresStore:
         if len(seqs) == 0:
             return
         arrays = [np.asarray(v, dtype=np.float32) for v in vecs]
+        _check_dims(arrays)
         if len(arrays) != len(seqs):
             raise StoreError(f"put_embeddings: {len(seqs)} seqs but {len(arrays)} vectors")
         self._tx(scope, lambda c: c.execute(
@@ -703,8 +725,9 @@ class PostgresStore:
         links from the first unit touched on (they are re-derived), then later items move up to
         close the gap in ``seq``, and one audit line (digests and counts) is written. A scope
         left empty loses its row (its name) and its vector indexes. Then VACUUM reclaims the dead
-        rows (``checkpointed`` says whether it could; PostgreSQL's WAL and backups keep old pages
-        until they are recycled, which no SQL can hurry).
+        rows and refreshes the statistics, which sample column values (``checkpointed`` says
+        whether it could; PostgreSQL's WAL and backups keep old pages until they are recycled,
+        which no SQL can hurry).
         """
         validate_scope(scope)
         if ids is not None and session is not None:
@@ -712,7 +735,7 @@ class PostgresStore:
 
         def write(c: psycopg.Connection[Any]) -> tuple[ForgetReport, int | None]:
             if ids is not None:
-                wanted = list(dict.fromkeys(str(x) for x in ids))
+                wanted = list(dict.fromkeys(str(x) for x in ids if "\x00" not in str(x)))  # none stored
                 rows = c.execute("SELECT rid, seq, id FROM items WHERE scope = %s AND id = ANY(%s)",
                                  (scope, wanted)).fetchall()
                 action = "forget items"
@@ -786,8 +809,10 @@ class PostgresStore:
 
                 conn.add_notice_handler(note)
                 try:
-                    conn.execute("VACUUM (SKIP_LOCKED) items, pieces, terms, postings, embeddings, records,"
-                                 " links, scopes")
+                    # ANALYZE too: pg_stats samples column values (most common ones, histogram
+                    # bounds), and a forgotten value must not live on there.
+                    conn.execute("VACUUM (SKIP_LOCKED, ANALYZE) items, pieces, terms, postings, embeddings,"
+                                 " records, links, scopes")
                 finally:
                     conn.remove_notice_handler(note)
                 return not any("skipping" in n for n in notices)
@@ -821,6 +846,8 @@ class PostgresStore:
             (scope, max(start, -2**31), min(hi, 2**31 - 1)))]
 
     def get(self, scope: str, item_id: str) -> Item | None:
+        if "\x00" in item_id:  # PostgreSQL text cannot hold one, so no stored id does
+            return None
         rows = self._read(f"SELECT {_COLUMNS} FROM items WHERE scope = %s AND id = %s", (scope, item_id))
         return _row_to_item(rows[0]) if rows else None
 
@@ -956,9 +983,12 @@ class PostgresStore:
             if head is None:
                 return []
             sid, n_items, remembered = head
-            cut = None if bound is not None and bound >= n_items else bound  # usually the whole log
+            # The bound goes into the query even when it lies beyond the count read above: that
+            # count may be a second old, and one statement's snapshot keeps the cut exact.
+            cut = bound
             name = self.index_name(sid, encoder, dim)
-            use_index = n_items >= self.exact_below and self._index_ready(name, sid, encoder, dim)
+            use_index = (n_items >= self.exact_below and dim <= HNSW_MAX_DIM
+                         and self._index_ready(name, sid, encoder, dim))
             args: dict[str, Any] = {"scope": scope, "model": encoder, "dim": dim, "q": q, "limit": int(limit),
                                     "bound": cut, **params}
             found = self._search(sid, args, where, cut, exact=False) if use_index else []
@@ -991,16 +1021,19 @@ class PostgresStore:
         dim = int(args["dim"])
         # The partial index is matched only when its predicate is written out: sid and dim are
         # integers of ours and the encoder name goes in as a quoted literal.
-        model = sql.Literal(args["model"])
+        model = sql.Literal(str(args["model"]).replace("%", "%%"))  # % doubled: placeholders are read after
         dist = "e.vec <=> %(q)s::vector" if exact else f"e.vec::vector({dim}) <=> %(q)s::vector({dim})"
+        # Equal distances: the newer item first, before LIMIT cuts (the HNSW scan orders by
+        # distance alone, so a second key would keep the planner off the index).
+        tie = ", e.rid DESC" if exact else ""
         rid_cut = " AND e.rid < " + _RID_OF_BOUND if bound is not None else ""
         own = f"e.sid = {sid} AND e.model = {{model}} AND e.dim = {dim}{rid_cut}"
         if where:
             query = (f"SELECT i.seq, {dist} AS d FROM embeddings e JOIN items i ON i.rid = e.rid"
-                     f" WHERE {own} AND i.scope = %(scope)s{where} ORDER BY {dist} LIMIT %(limit)s")
+                     f" WHERE {own} AND i.scope = %(scope)s{where} ORDER BY {dist}{tie} LIMIT %(limit)s")
         else:
             query = (f"SELECT i.seq, t.d FROM (SELECT e.rid, {dist} AS d FROM embeddings e WHERE {own}"
-                     f" ORDER BY {dist} LIMIT %(limit)s) t"
+                     f" ORDER BY {dist}{tie} LIMIT %(limit)s) t"
                      " JOIN items i ON i.rid = t.rid AND i.scope = %(scope)s")
         composed = sql.SQL(query).format(model=model)
         with self._conn() as conn:
@@ -1012,7 +1045,8 @@ class PostgresStore:
                     conn.execute(f"SET LOCAL hnsw.ef_search = {min(int(args['limit']), 1000)}")
                     cur = conn.execute(composed, args, binary=True)
                 rows = cur.fetchall()
-        out = [(int(s), 1.0 - float(d)) for s, d in rows]
+        # A zero vector has no direction: pgvector gives NaN, read as no similarity.
+        out = [(int(s), 0.0 if math.isnan(float(d)) else 1.0 - float(d)) for s, d in rows]
         out.sort(key=lambda p: (-p[1], -p[0]))
         return out
 
@@ -1025,7 +1059,8 @@ class PostgresStore:
         if rows and rows[0][0]:
             self._valid_indexes.add(name)
             return True
-        if self.auto_index:
+        failed = self._failed_builds.get(name)
+        if self.auto_index and (failed is None or time.monotonic() - failed > BUILD_RETRY_S):
             self.build_index_for(sid, encoder, dim, wait=False)
         return False
 
@@ -1037,8 +1072,9 @@ class PostgresStore:
         if not head:
             return []
         sid = int(head[0][0])
-        dims = [int(r[0]) for r in self._read(
-            "SELECT DISTINCT dim FROM embeddings WHERE sid = %s AND model = %s", (sid, encoder))]
+        dims = [int(r[0]) for r in self._read(  # larger vectors have no HNSW index: exact scans
+            "SELECT DISTINCT dim FROM embeddings WHERE sid = %s AND model = %s AND dim <= %s",
+            (sid, encoder, HNSW_MAX_DIM))]
         for dim in dims:
             self.build_index_for(sid, encoder, dim, wait=wait)
         return [self.index_name(sid, encoder, d) for d in dims]
@@ -1080,7 +1116,9 @@ class PostgresStore:
                         sql.Identifier(name), sql.Literal(dim), sql.Literal(m), sql.Literal(efc),
                         sql.Literal(sid), sql.Literal(encoder), sql.Literal(dim)))
         except psycopg.Error:
-            pass  # the exact scan keeps answering; the next dense query over the size tries again
+            # The exact scan keeps answering; a dense query tries again after BUILD_RETRY_S, not
+            # at once (a build that fails for good would otherwise start with every query).
+            self._failed_builds[name] = time.monotonic()
         finally:
             with self._build_lock:
                 self._builds.pop(name, None)
@@ -1243,6 +1281,15 @@ class PostgresStore:
         return problems
 
 
+def _check_dims(vectors: Sequence[Any]) -> None:
+    """Refuse, before anything is sent, a vector pgvector cannot store."""
+    for v in vectors:
+        n = int(np.asarray(v).size)
+        if not 1 <= n <= MAX_DIM:
+            raise StoreError(f"a vector of {n} dimensions cannot be stored on PostgreSQL: pgvector holds "
+                             f"1 to {MAX_DIM:,}")
+
+
 def _message(exc: BaseException) -> str:
     """A psycopg error as one line (the server's primary message when it sent one)."""
     diag = getattr(exc, "diag", None)
@@ -1261,7 +1308,7 @@ def _refuse_nul(row: ItemRow, index: int) -> None:
             raise InvalidItemError(f"{where}: {name} contains a NUL character")
     if "\x00" in row.observed_at:
         raise InvalidItemError(f"{where}: observed_at contains a NUL character")
-    if "\\u0000" in json.dumps(item.meta):
+    if has_nul(item.meta):
         raise InvalidItemError(f"{where}: meta contains a NUL character")
     if any("\x00" in b for b in row.piece_bodies):
         raise InvalidItemError(f"{where}: a piece contains a NUL character")
