@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Iterator, Sequence
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +17,27 @@ import pytest
 from conftest import history_items
 from typer.testing import CliRunner
 
-from suffice import ConflictError, ImportFormatError, Item, Memory, NewItem, StoreConfig, StoreConfigError
+from suffice import (
+    ConflictError,
+    ImportFormatError,
+    Item,
+    Memory,
+    NewItem,
+    StoreConfig,
+    StoreConfigError,
+    StoreError,
+)
 from suffice._embed.hashing import HashEmbedder
-from suffice._store import ItemRow, SQLiteStore
-from suffice._store.transfer import FORMAT, check_jsonl, export_jsonl, import_jsonl, migrate, summarize
+from suffice._store import ItemRow, SQLiteStore, Store, open_store
+from suffice._store.transfer import (
+    FORMAT,
+    TransferReport,
+    check_jsonl,
+    export_jsonl,
+    import_jsonl,
+    migrate,
+    summarize,
+)
 
 CONFIG = StoreConfig(unit_tokens=120)
 """Small units, so a short history closes several of them: records and links to carry."""
@@ -298,6 +317,132 @@ def test_export_to_a_file_is_read_back_and_never_replaces_a_backup_on_failure(
     with pytest.raises(Exception, match="pieces and their indexed bodies"):
         export_jsonl(source, out)
     assert out.read_bytes() == good and not list(tmp_path.glob("*.tmp"))  # nothing half-written left
+
+
+# -- other writers, and a transfer killed midway -----------------------------------------------------
+
+
+def _transfer(how: str, source: SQLiteStore) -> Callable[..., TransferReport]:
+    """An import of ``source``'s export, or a migration from it: both write the same way."""
+    data = export_bytes(source)
+    if how == "import":
+        return lambda dst, **kw: import_jsonl(dst, io.BytesIO(data), **kw)
+    return lambda dst, **kw: migrate(source, dst, **kw)
+
+
+@pytest.mark.parametrize("how", ["import", "migrate"])
+def test_a_failed_transfer_removes_its_own_items_and_never_another_writers(
+        source: SQLiteStore, store_location: Callable[[str], str], how: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An application appends to a scope between two batches of a transfer into it: the
+    transfer fails (it never merges two logs) and forgets what it wrote, by id; the
+    application's item stays."""
+    where = store_location("shared")
+    dst, app = open_store(where), open_store(where)
+    real, calls = dst.append, [0]
+
+    def append(scope: str, rows: Sequence[ItemRow], **kw: object) -> list[Item]:
+        calls[0] += 1
+        if calls[0] == 2:  # after the transfer's first batch of 10, before its second
+            app.append(scope, [ItemRow(NewItem("written by the app meanwhile", id="app-1"), "", None, 5,
+                                       [(0, 7)], ["written"])])
+        return real(scope, rows, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dst, "append", append)
+    try:
+        with pytest.raises(StoreError) as failed:
+            _transfer(how, source)(dst, batch=10)
+        assert [it.id for it in app.items("dana")] == ["app-1"]  # the application's item is kept
+        assert "another writer added items to scope 'dana'" in str(failed.value)
+        assert dst.scopes() == ["dana"] and dst.records("dana") == []
+        undo = dst.audit()[-1]  # both of the transfer's batches, by id, not the whole scope
+        assert undo.action == "forget items" and undo.counts["items"] == 20
+    finally:
+        dst.close()
+        app.close()
+
+
+_KILLED = """
+import os, signal, sys
+from suffice._store import SQLiteStore, open_store
+from suffice._store.transfer import import_jsonl, migrate
+how, source, where = sys.argv[1:]
+dst = open_store(where)
+real, calls = dst.put_embeddings, [0]
+def put_embeddings(*args, **kw):
+    calls[0] += 1
+    if calls[0] == 3:  # the second batch's items are written, its vectors not yet
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args, **kw)
+dst.put_embeddings = put_embeddings
+if how == "import":
+    import_jsonl(dst, source, batch=10)
+else:
+    migrate(SQLiteStore(source, create=False), dst, batch=10)
+"""
+
+
+@pytest.mark.parametrize("how", ["import", "migrate"])
+def test_a_killed_transfer_is_completed_by_running_it_again(
+        source: SQLiteStore, source_path: Path, store_location: Callable[[str], str], how: str,
+        tmp_path: Path) -> None:
+    """SIGKILL between a batch's items and its vectors leaves a scope that looks sound (20 of
+    28 items, 10 of them with vectors); the same transfer run again checks what is there and
+    completes it, and the result verifies against the source."""
+    backup = tmp_path / "backup.jsonl"
+    export_jsonl(source, backup)
+    where = store_location("killed")
+    child = subprocess.run([sys.executable, "-c", _KILLED, how,
+                            str(backup if how == "import" else source_path), where],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == -9, child.stderr
+    dst = open_store(where)
+    try:
+        assert dst.scopes() == ["dana"] and dst.stats().items == 20
+        assert len(dst.embeddings("dana", "hash-64")[0]) == 10
+        report = _transfer(how, source)(dst, batch=10)
+        assert report.ok, report.problems()
+        assert report.found == report.expected and report.audit_found == 2
+        assert [dst.items(s) for s in dst.scopes()] == [source.items(s) for s in source.scopes()]
+    finally:
+        dst.close()
+
+
+def _copy_items(src: Store, dst: Store, scope: str, n: int, *, pieces: bool = True) -> None:
+    """The first ``n`` items of ``scope`` as a transfer writes them (as one piece if not ``pieces``)."""
+    items = src.items(scope, start=0, end=n)
+    spans, bodies = src.pieces(scope, range(n)), src.piece_bodies(scope, range(n))
+    dst.append(scope, [ItemRow(NewItem(it.text, session=it.session, speaker=it.speaker, role=it.role,
+                                       kind=it.kind, observed_at=it.observed_at, meta=it.meta, id=it.id,
+                                       agent=it.agent), it.observed_at, it.observed_ts, it.tokens,
+                               [(s, e) for _, s, e in spans[it.seq]] if pieces else [(0, len(it.text))],
+                               bodies[it.seq] if pieces else [it.text])
+                       for it in items])
+
+
+def test_only_the_start_of_the_sources_own_log_is_completed(source: SQLiteStore, tmp_path: Path) -> None:
+    """A scope holding the source's first items is completed; one holding anything else is
+    refused before a thing is written, and so is a transfer already done."""
+    data = export_bytes(source, scopes=["dana"])
+    dst = SQLiteStore(tmp_path / "head.db")
+    dst.save_config(source.load_config() or {})
+    _copy_items(source, dst, "dana", 12)
+    assert import_jsonl(dst, io.BytesIO(data), batch=5).ok
+    with pytest.raises(ConflictError, match="already holds scope.*'dana' exactly as the source has them"):
+        import_jsonl(dst, io.BytesIO(data))
+    dst.close()
+    note = ItemRow(NewItem("someone else's note", id="other"), "", None, 3, [(0, 4)], ["note"])
+    for case, head, pieces, more in [("another log", 0, True, [note]),
+                                     ("the start and more", 12, True, [note]),
+                                     ("the start, other pieces", 12, False, [])]:
+        dst = SQLiteStore(tmp_path / f"{case}.db")
+        dst.save_config(source.load_config() or {})
+        _copy_items(source, dst, "dana", head, pieces=pieces)
+        dst.append("dana", more)
+        with pytest.raises(ConflictError, match="already holds scope.*'dana' with other items"):
+            import_jsonl(dst, io.BytesIO(data))
+        assert dst.stats().items == head + len(more) and dst.audit() == [], case
+        dst.close()
 
 
 # -- the commands ------------------------------------------------------------------------------------

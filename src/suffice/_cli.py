@@ -328,7 +328,8 @@ def import_jsonl_cmd(
     db: DbOpt = None,
 ) -> None:
     """Restore a suffice export: the file is checked whole first, the store must not hold its
-    scopes; the store is then read back and compared with the file."""
+    scopes (an import of the same file that was killed is completed by running it again); the
+    store is then read back and compared with the file."""
     with errors():
         from ._store.transfer import import_jsonl
         with store_to_fill(db) as store, fold_progress() as progress:

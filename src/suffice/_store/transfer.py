@@ -27,7 +27,10 @@ The same store always gives the same bytes (no timestamps, no paths, no generati
 export, import into an empty store and export again is byte-identical. An import reads the
 whole file once to check it (every field, the order, the digests, the end line: a truncated or
 edited file is refused naming the line) before it writes anything, and it refuses to write into
-a scope the destination already holds, so it never merges two logs into one.
+a scope the destination already holds, so it never merges two logs into one. The one exception
+is a scope holding the start of the file's own log (what an interrupted import of the same file
+leaves): a re-run checks that start and completes it, so a killed import is never left as a
+scope that looks whole but is not.
 """
 
 from __future__ import annotations
@@ -125,6 +128,28 @@ def _line(obj: Mapping[str, Any]) -> bytes:
     rest = {k: v for k, v in obj.items() if k != "t"}
     body = _json(rest)[1:] if rest else "}"
     return ('{"t":' + _json(obj["t"]) + ("," if rest else "") + body).encode("utf-8") + b"\n"
+
+
+def _item_key(dump: _ItemDump) -> bytes:
+    """An item and its pieces as one canonical line, without vectors (an interrupted transfer
+    may have written an item, which comes with its pieces, but not yet its vectors)."""
+    obj = dump.obj()
+    del obj["vectors"]
+    return _line(obj)
+
+
+def _head(store: Store, scope: str, n: int, batch: int = BATCH) -> str:
+    """The sha256 of the first ``n`` items of ``scope`` with their pieces: equal to the
+    source's when the store holds the start of the same log."""
+    digest = hashlib.sha256()
+    for start in range(0, n, batch):
+        items = store.items(scope, start=start, end=min(n, start + batch))
+        seqs = [it.seq for it in items]
+        spans, bodies = store.pieces(scope, seqs), store.piece_bodies(scope, seqs)
+        for it in items:
+            pieces = zip(spans.get(it.seq, []), bodies.get(it.seq, []), strict=False)
+            digest.update(_item_key(_ItemDump(it, tuple((s, e, b) for (_, s, e), b in pieces), {})))
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +320,10 @@ class _Scan:
     summaries: list[ScopeSummary] = field(default_factory=list)
     audit: list[AuditEntry] = field(default_factory=list)
     items: int = 0
+    held: dict[str, int] = field(default_factory=dict)
+    """Items the destination already holds, per scope of the file it holds."""
+    heads: dict[str, str] = field(default_factory=dict)
+    """Per scope in ``held``: the sha256 (:func:`_head`) of the file's first that many items."""
 
 
 def _entry_obj(e: AuditEntry) -> dict[str, Any]:
@@ -593,12 +622,23 @@ def check_jsonl(src: str | os.PathLike[str] | IO[bytes], *, progress: Progress |
         return _scan(_Reader(f, name, progress, size))
 
 
-def _scan(reader: _Reader) -> _Scan:
+def _scan(reader: _Reader, dst: Store | None = None) -> _Scan:
+    """Check the whole file; with ``dst``, also digest the start of each scope ``dst`` holds
+    (as many items as it holds there), so an import can tell its own interrupted log."""
     scan = _Scan()
+    head: Any = None
     for kind, value in reader.events():
         if kind == "header":
             scan.header = value
+        elif kind == "scope" and dst is not None and dst.has_scope(value):
+            scan.held[value] = dst.max_seq(value) + 1
+            head = hashlib.sha256()
+        elif kind == "dump" and head is not None and isinstance(value, _ItemDump) \
+                and value.item.seq < scan.held[value.item.scope]:
+            head.update(_item_key(value))
         elif kind == "scope_end":
+            if head is not None:
+                scan.heads[value.scope], head = head.hexdigest(), None
             scan.summaries.append(value)
             scan.items += value.items
         elif kind == "audit":
@@ -610,13 +650,28 @@ def _scan(reader: _Reader) -> _Scan:
 
 
 class _ScopeWriter:
-    """Writes one scope's dumps into a store in batches: items (with pieces, vectors), then records."""
+    """Writes one scope's dumps into a store in batches: items (with pieces, vectors), then records.
+
+    The store has no lock that keeps other writers out of a scope across batches, so each batch
+    is checked instead: its items must land at the seqs the source gives them, or another
+    writer appended meanwhile and the transfer fails rather than merge two logs. ``written``
+    holds the ids of the items this writer added (an item stored before its batch is not one),
+    so a failed transfer removes exactly those and never another writer's. (An item another
+    writer stores with the same id and content in the instant between that check and the
+    append is, to the store, the same item: appends are idempotent.)
+
+    ``held``: the scope's first items are already there, the start of this same log left by an
+    interrupted transfer (checked by :func:`_prepare`); the run keeps them and writes what they
+    lack (vectors, records), so a re-run completes what a killed one began.
+    """
 
     def __init__(self, store: Store, scope: str, batch: int = BATCH,
-                 advance: Callable[[int], None] | None = None) -> None:
-        self.store, self.scope, self.batch, self.advance = store, scope, batch, advance
+                 advance: Callable[[int], None] | None = None, held: int = 0) -> None:
+        self.store, self.scope, self.batch, self.advance, self.held = store, scope, batch, advance, held
+        self.written: list[str] = []
         self._items: list[_ItemDump] = []
         self._next = 0
+        self._records: dict[int, _RecordDump] | None = None
 
     def add(self, dump: _Dump) -> None:
         if isinstance(dump, _ItemDump):
@@ -625,6 +680,17 @@ class _ScopeWriter:
                 self._flush()
             return
         self._flush()
+        if self.held:
+            if self._records is None:
+                self._records = self._stored_records()
+            have = self._records.get(dump.unit)
+            if have == dump:
+                return
+            if have is not None:
+                raise ConflictError(
+                    f"scope {self.scope!r} holds another record of unit {dump.unit} than the source's: "
+                    "it is not what an interrupted transfer of this source left; forget the scope and "
+                    "transfer it again")
         if not self.store.put_record(self.scope, dump.unit, dump.first_seq, dump.last_seq, dump.text,
                                      dump.writer, dump.links):
             raise StoreError(f"scope {self.scope!r}: unit {dump.unit} already has a record")
@@ -632,19 +698,31 @@ class _ScopeWriter:
     def close(self) -> None:
         self._flush()
 
+    def _stored_records(self) -> dict[int, _RecordDump]:
+        links: dict[int, list[tuple[int, str, float]]] = {}
+        for src, dst, kind, weight in self.store.links(self.scope):
+            links.setdefault(src, []).append((dst, kind, weight))
+        return {unit: _RecordDump(unit, first, last, text, writer, tuple(sorted(links.get(unit, []))))
+                for unit, first, last, text, writer in self.store.records(self.scope)}
+
     def _flush(self) -> None:
         if not self._items:
             return
-        rows = [ItemRow(NewItem(text=it.text, session=it.session, speaker=it.speaker, role=it.role,
-                                kind=it.kind, observed_at=it.observed_at, meta=it.meta, id=it.id,
-                                agent=it.agent),
-                        it.observed_at, it.observed_ts, it.tokens, [(s, e) for s, e, _ in d.pieces],
-                        [b for _, _, b in d.pieces])
+        news = [NewItem(text=it.text, session=it.session, speaker=it.speaker, role=it.role, kind=it.kind,
+                        observed_at=it.observed_at, meta=it.meta, id=it.id, agent=it.agent)
                 for d in self._items for it in (d.item,)]
+        rows = [ItemRow(new, it.observed_at, it.observed_ts, it.tokens, [(s, e) for s, e, _ in d.pieces],
+                        [b for _, _, b in d.pieces])
+                for new, d in zip(news, self._items, strict=True) for it in (d.item,)]
+        stored_before = self.store.check_ids(self.scope, news)
         stored = self.store.append(self.scope, rows)
-        want = list(range(self._next, self._next + len(rows)))
-        if [it.seq for it in stored] != want:
-            raise StoreError(f"scope {self.scope!r} changed while it was written (another writer?)")
+        self.written += [d.item.id for d, old in zip(self._items, stored_before, strict=True) if not old]
+        start, end = self._next, self._next + len(rows)
+        if [it.seq for it in stored] != list(range(start, end)):
+            raise StoreError(
+                f"another writer added items to scope {self.scope!r} while it was transferred; a transfer "
+                "never merges two logs, so it stops and removes what it wrote (the other writer's items "
+                "stay): transfer into a store no one else writes to")
         by_encoder: dict[str, tuple[list[int], list[bytes]]] = {}
         for d in self._items:
             for enc, blob in d.vectors.items():
@@ -652,22 +730,47 @@ class _ScopeWriter:
                 seqs.append(d.item.seq)
                 blobs.append(blob)
         for enc, (seqs, blobs) in sorted(by_encoder.items()):
-            mat = np.frombuffer(b"".join(blobs), dtype=_FLOAT32).reshape(len(blobs), -1)
-            self.store.put_embeddings(self.scope, enc, seqs, mat.astype(np.float32))
-        self._next += len(rows)
+            if start < self.held:  # the items held may have their vectors already
+                have = set(self.store.embeddings(self.scope, enc, start - 1, before_seq=end)[0].tolist())
+                keep = [i for i, seq in enumerate(seqs) if seq not in have]
+                seqs, blobs = [seqs[i] for i in keep], [blobs[i] for i in keep]
+            if seqs:
+                mat = np.frombuffer(b"".join(blobs), dtype=_FLOAT32).reshape(len(blobs), -1)
+                self.store.put_embeddings(self.scope, enc, seqs, mat.astype(np.float32))
+        self._next = end
         if self.advance is not None:
             self.advance(len(rows))
         self._items = []
 
 
-def _prepare(dst: Store, scopes: Sequence[str], config: Mapping[str, Any] | None) -> None:
-    """Refuse before writing anything: scopes the destination already holds, another config."""
-    clash = [s for s in scopes if dst.has_scope(s)]
-    if clash:
-        more = f" and {len(clash) - 5} more" if len(clash) > 5 else ""
+def _names(scopes: Sequence[str]) -> str:
+    more = f" and {len(scopes) - 5} more" if len(scopes) > 5 else ""
+    return ", ".join(map(repr, scopes[:5])) + more
+
+
+def _prepare(dst: Store, scopes: Sequence[str], config: Mapping[str, Any] | None, *,
+             held: Mapping[str, int], heads: Mapping[str, str], sizes: Mapping[str, int],
+             expected: Callable[[str], ScopeSummary], audit: Sequence[AuditEntry]) -> None:
+    """Refuse before writing anything: a scope the destination holds other items in than the
+    start of the source's (two logs are never merged), a transfer already done, another config.
+
+    ``held``: items the destination holds per scope; ``heads``: the digest (:func:`_head`) of
+    the source's first that many items; ``sizes``: the source's item counts.
+    """
+    foreign = [s for s in scopes
+               if held.get(s, 0) and (held[s] > sizes[s] or _head(dst, s, held[s]) != heads[s])]
+    if foreign:
         raise ConflictError(
-            f"{dst.path} already holds scope(s) {', '.join(map(repr, clash[:5]))}{more}; an import "
-            "never merges two logs of one scope: import into a new store, or forget those scopes first")
+            f"{dst.path} already holds scope(s) {_names(foreign)} with other items than the source's; "
+            "a transfer never merges two logs of one scope: transfer into a new store, or forget those "
+            "scopes first")
+    if scopes and all(held.get(s, 0) == sizes[s] for s in scopes) \
+            and all(summarize(dst, s) == expected(s) for s in scopes) \
+            and _audit_found(dst, audit) == len(audit) \
+            and (config is None or dst.load_config() == dict(config)):
+        raise ConflictError(
+            f"{dst.path} already holds scope(s) {_names(list(scopes))} exactly as the source has them: "
+            "it was transferred already; nothing written")
     if config is None:
         return
     have = dst.load_config()
@@ -685,13 +788,22 @@ def _prepare(dst: Store, scopes: Sequence[str], config: Mapping[str, Any] | None
             "records would not match the imported ones: import into a new store")
 
 
-def _undo(dst: Store, scopes: Sequence[str], exc: BaseException) -> None:
-    """Remove the scopes this call began writing (they did not exist before it)."""
-    for scope in scopes:
+def _undo(dst: Store, writers: Sequence[_ScopeWriter], exc: BaseException) -> None:
+    """Forget, by id, the items this transfer added, and nothing else: another writer's items
+    in the same scope stay (forgetting the whole scope would take them too). Items an earlier,
+    interrupted run left stay as well: a re-run completes them."""
+    for w in writers:
         try:
-            dst.forget(scope)
+            if w.written:
+                dst.forget(w.scope, ids=w.written)
         except Exception as again:  # noqa: BLE001 - the first error is the one to raise
-            exc.add_note(f"and scope {scope!r} could not be removed again ({again}); forget it by hand")
+            exc.add_note(f"and the {len(w.written)} item(s) it added to scope {w.scope!r} could not be "
+                         f"removed again ({again}): run the same transfer again to complete the scope, "
+                         "or forget it")
+        else:
+            if w.held:
+                exc.add_note(f"scope {w.scope!r} still holds the first {w.held} item(s) of the source, "
+                             "from an interrupted transfer: run the same transfer again to complete it")
 
 
 def _add_audit(dst: Store, entries: Sequence[AuditEntry]) -> None:
@@ -828,19 +940,24 @@ def import_jsonl(store: Store, src: str | os.PathLike[str] | IO[bytes], *,
     """Restore an export into ``store``; the report compares the store, read back, with the file.
 
     The whole file is checked first (ImportFormatError naming the line; nothing written). The
-    destination must not hold any of the file's scopes, and its saved config, if any, must equal
-    the file's (a new store takes the file's). If a write fails midway, the scopes begun are
-    forgotten again (which leaves the usual audit line) and the error is raised.
+    destination must not hold any of the file's scopes, save the start of one (what an import of
+    this file that was killed left: this run completes it), and its saved config, if any, must
+    equal the file's (a new store takes the file's). If a write fails midway, the items this
+    run added are forgotten again by id (which leaves the usual audit line; items another writer
+    added meanwhile stay) and the error is raised.
     """
     with ExitStack() as stack:
         f, name, size = _seekable(src, stack)
         start = f.tell()
-        scan = _scan(_Reader(f, name, progress, size))
+        scan = _scan(_Reader(f, name, progress, size), store)
         config = scan.header.get("config")
         scopes = [s.scope for s in scan.summaries]
-        _prepare(store, scopes, config)
+        summaries = {s.scope: s for s in scan.summaries}
+        _prepare(store, scopes, config, held=scan.held, heads=scan.heads,
+                 sizes={s.scope: s.items for s in scan.summaries}, expected=summaries.__getitem__,
+                 audit=scan.audit)
         f.seek(start)
-        begun: list[str] = []
+        writers: list[_ScopeWriter] = []
         done = 0
 
         def advance(n: int) -> None:
@@ -849,21 +966,17 @@ def import_jsonl(store: Store, src: str | os.PathLike[str] | IO[bytes], *,
             if progress is not None:
                 progress("importing", done, scan.items)
 
-        writer: _ScopeWriter | None = None
         try:
             for kind, value in _Reader(f, name).events():
                 if kind == "scope":
-                    begun.append(value)
-                    writer = _ScopeWriter(store, value, batch, advance)
+                    writers.append(_ScopeWriter(store, value, batch, advance, scan.held.get(value, 0)))
                 elif kind == "dump":
-                    assert writer is not None
-                    writer.add(value)
+                    writers[-1].add(value)
                 elif kind == "scope_end":
-                    assert writer is not None
-                    writer.close()
+                    writers[-1].close()
             _add_audit(store, scan.audit)
         except BaseException as exc:
-            _undo(store, begun, exc)
+            _undo(store, writers, exc)
             raise
     return _verify(name, store, scan.summaries, scan.audit, config, progress=progress)
 
@@ -871,17 +984,22 @@ def import_jsonl(store: Store, src: str | os.PathLike[str] | IO[bytes], *,
 def migrate(src: Store, dst: Store, *, scopes: Sequence[str] | None = None,
             progress: Progress | None = None, batch: int = BATCH) -> TransferReport:
     """Copy a store (or the named scopes) into another, of any backend, then read both sides
-    back the same way and compare. The destination is refused as for :func:`import_jsonl`."""
+    back the same way and compare. The destination is refused, a killed migration completed and
+    a failed one undone as for :func:`import_jsonl`."""
     if src.path == dst.path and src.path != ":memory:":
         raise InvalidInputError(f"source and destination are the same store ({src.path})")
     chosen = _selected(src, scopes)
     audit = _audit_of(src, scopes, chosen)
     config = src.load_config()
     generation = src.generation()
-    _prepare(dst, chosen, config)
+    held = {s: dst.max_seq(s) + 1 for s in chosen if dst.has_scope(s)}
+    sizes = {s: src.max_seq(s) + 1 for s in chosen}
+    _prepare(dst, chosen, config, held=held, sizes=sizes,
+             heads={s: _head(src, s, n, batch) for s, n in held.items() if n <= sizes[s]},
+             expected=lambda s: summarize(src, s, batch), audit=audit)
     expected: list[ScopeSummary] = []
-    begun: list[str] = []
-    total = sum(src.max_seq(s) + 1 for s in chosen)
+    writers: list[_ScopeWriter] = []
+    total = sum(sizes.values())
     done = 0
 
     def advance(n: int) -> None:
@@ -892,9 +1010,8 @@ def migrate(src: Store, dst: Store, *, scopes: Sequence[str] | None = None,
 
     try:
         for scope in chosen:
-            begun.append(scope)
             tally = _Tally(scope)
-            writer = _ScopeWriter(dst, scope, batch, advance)
+            writers.append(writer := _ScopeWriter(dst, scope, batch, advance, held.get(scope, 0)))
             for dump in _read_scope(src, scope, batch):
                 tally.add(dump)
                 writer.add(dump)
@@ -902,7 +1019,7 @@ def migrate(src: Store, dst: Store, *, scopes: Sequence[str] | None = None,
             expected.append(tally.summary())
         _add_audit(dst, audit)
     except BaseException as exc:
-        _undo(dst, begun, exc)
+        _undo(dst, writers, exc)
         raise
     issues = ([] if src.generation() == generation else
               ["a forget or rebuild changed the source while it was copied; migrate again"])
