@@ -70,8 +70,10 @@ from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats
 from .base import ItemRow, Layout, content_key, has_nul, validate_filter, validate_item, validate_scope
 from .sqlite import observed_text
 
-PG_SCHEMA_VERSION = 1
-"""Version of this backend's table layout (independent of the SQLite store's)."""
+PG_SCHEMA_VERSION = 2
+"""Version of this backend's table layout (independent of the SQLite store's). 2: text goes
+through ``suffice_prep`` before it is parsed (a version-1 store's full text is re-derived on
+open)."""
 
 HNSW_MAX_DIM = 2000
 """pgvector's HNSW index takes vectors of at most this many dimensions; larger ones are
@@ -208,6 +210,32 @@ ALTER TEXT SEARCH CONFIGURATION {schema}.suffice_en
 """
 """English stemming without a stopword list: "the" and "who" stay searchable, as in FTS5."""
 
+_TS_PREP = r"""
+CREATE OR REPLACE FUNCTION {schema}.suffice_prep(t text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS
+$$ SELECT regexp_replace({unaccented}, '[][!"#$%&''()*+,./:;<=>?@\^_`{{|}}~-]+', ' ', 'g') $$;
+"""
+"""Text as FTS5's unicode61 tokenizer sees it, for PostgreSQL's parser: ASCII punctuation is a
+separator (the parser would keep ``ana@example.com``, ``2.5`` or ``taxes.pdf`` whole, where FTS5
+finds ``example``, ``5`` and ``pdf``) and accents are dropped (``café`` is found by ``cafe``)."""
+_UNACCENT_UTF8 = "normalize(regexp_replace(normalize(t, NFD), '[\u0300-\u036f]+', '', 'g'), NFC)"
+"""Accents off: decompose, drop the combining marks, compose again (UTF-8 databases only)."""
+
+_REPARSE = """
+UPDATE pieces p SET dl = (SELECT COALESCE(sum(cardinality(l.positions)), 0)
+    FROM unnest(to_tsvector('{cfg}', {prep}(p.body))) l);
+DELETE FROM postings;
+DELETE FROM terms;
+INSERT INTO terms (scope, lex) SELECT DISTINCT p.scope, l.lexeme
+    FROM pieces p, unnest(to_tsvector('{cfg}', {prep}(p.body))) l;
+INSERT INTO postings (tid, rid, idx, tf, dl) SELECT t.tid, p.rid, p.idx, cardinality(l.positions), p.dl
+    FROM pieces p CROSS JOIN LATERAL unnest(to_tsvector('{cfg}', {prep}(p.body))) l
+    JOIN terms t ON t.scope = p.scope AND t.lex = l.lexeme;
+UPDATE scopes s SET piece_tokens = COALESCE((SELECT sum(dl) FROM pieces WHERE scope = s.name), 0);
+UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'generation';
+"""
+"""Every scope's full-text statistics derived again from the stored pieces (the upgrade to 2)."""
+
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -285,6 +313,7 @@ class PostgresStore:
         self._hnsw = (int(hnsw_m), int(hnsw_ef_construction))
         self._lock_ns = int.from_bytes(hashlib.sha256(self.schema.encode()).digest()[:4], "big", signed=True)
         self._tscfg = f"{self.schema}.suffice_en"
+        self._prep = f"{self.schema}.suffice_prep"
         self._closed = False
         self._builds: dict[str, tuple[threading.Thread, list[psycopg.Connection[Any]]]] = {}
         self._build_lock = threading.Lock()
@@ -372,6 +401,14 @@ class PostgresStore:
             if not c.execute("SELECT 1 FROM pg_ts_config WHERE cfgname = 'suffice_en'"
                              " AND cfgnamespace = %s::regnamespace", (self.schema,)).fetchone():
                 c.execute(_TS_CONFIG.format(schema=self.schema).encode())
+            if c.execute("SELECT to_regprocedure(%s)", (f"{self._prep}(text)",)).fetchone() == (None,):
+                utf8 = c.execute("SHOW server_encoding").fetchone() == ("UTF8",)
+                unaccented = _UNACCENT_UTF8 if utf8 else "t"
+                c.execute(_TS_PREP.format(schema=self.schema, unaccented=unaccented).encode())
+            if version is not None and int(version[0]) < 2:  # parsed without suffice_prep: again
+                c.execute(_REPARSE.format(cfg=self._tscfg, prep=self._prep).encode())
+                c.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'",
+                          (str(PG_SCHEMA_VERSION),))
         return vector_schema
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
@@ -571,7 +608,7 @@ class PostgresStore:
         # lexemes of the scope and its piece count and token total all come from that.
         c.execute(
             "WITH x AS MATERIALIZED (SELECT u.r, u.i, u.s, u.e, u.b,"
-            f"  to_tsvector('{self._tscfg}', u.b) AS v"
+            f"  to_tsvector('{self._tscfg}', {self._prep}(u.b)) AS v"
             "  FROM unnest(%(r)s::bigint[], %(i)s::int[], %(s)s::int[], %(e)s::int[], %(b)s::text[])"
             "  AS u(r, i, s, e, b)),"
             " lx AS MATERIALIZED (SELECT x.r, x.i, l.lexeme, cardinality(l.positions) AS tf"
@@ -601,7 +638,7 @@ class PostgresStore:
             "WITH dp AS (DELETE FROM pieces WHERE scope = %(scope)s AND rid = ANY(%(rids)s)"
             "  RETURNING rid, idx, body, dl),"
             f" lx AS MATERIALIZED (SELECT DISTINCT dp.rid, dp.idx, l.lexeme"
-            f"  FROM dp, unnest(to_tsvector('{self._tscfg}', dp.body)) l),"
+            f"  FROM dp, unnest(to_tsvector('{self._tscfg}', {self._prep}(dp.body))) l),"
             " tx AS MATERIALIZED (SELECT t.tid, lx.rid, lx.idx FROM lx JOIN terms t"
             "  ON t.scope = %(scope)s AND t.lex = lx.lexeme),"
             " dpo AS (DELETE FROM postings po USING tx WHERE po.tid = tx.tid AND po.rid = tx.rid"
@@ -912,7 +949,8 @@ class PostgresStore:
                              "k1": K1, "k1p1": K1 + 1.0, "b": B, "bound": bound}
         ranked = (
             "WITH q AS (SELECT l.lexeme AS lex, count(*)::float8 AS mult"
-            f"  FROM unnest(%(terms)s::text[]) AS t(term), unnest(to_tsvector('{self._tscfg}', t.term)) AS l"
+            "  FROM unnest(%(terms)s::text[]) AS t(term),"
+            f"  unnest(to_tsvector('{self._tscfg}', {self._prep}(t.term))) AS l"
             "  GROUP BY l.lexeme),"
             " st AS (SELECT pieces::float8 AS n,"
             "  GREATEST(piece_tokens::float8 / GREATEST(pieces, 1), 1e-9) AS avgdl"
@@ -1244,7 +1282,7 @@ class PostgresStore:
                 " WHERE s.name IS NULL",
             "postings that differ from a new parse of the pieces":
                 "WITH r AS (SELECT p.scope, p.rid, p.idx, l.lexeme, cardinality(l.positions) AS tf, p.dl"
-                f" FROM pieces p, unnest(to_tsvector('{self._tscfg}', p.body)) l),"
+                f" FROM pieces p, unnest(to_tsvector('{self._tscfg}', {self._prep}(p.body))) l),"
                 " s AS (SELECT t.scope, po.rid, po.idx, t.lex, po.tf, po.dl FROM postings po"
                 " JOIN terms t ON t.tid = po.tid)"
                 " SELECT * FROM (SELECT * FROM r EXCEPT ALL SELECT * FROM s) a"
@@ -1252,7 +1290,7 @@ class PostgresStore:
             "pieces whose length is not their tokens":
                 "SELECT p.rid, p.idx FROM pieces p"
                 " WHERE p.dl <> (SELECT COALESCE(sum(cardinality(l.positions)), 0)"
-                f" FROM unnest(to_tsvector('{self._tscfg}', p.body)) l)",
+                f" FROM unnest(to_tsvector('{self._tscfg}', {self._prep}(p.body))) l)",
             "lexemes of no posting":
                 "SELECT t.scope, t.tid FROM terms t"
                 " WHERE NOT EXISTS (SELECT 1 FROM postings p WHERE p.tid = t.tid)",
