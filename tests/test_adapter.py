@@ -90,13 +90,14 @@ def test_the_newest_results_come_with_the_call_that_asked_for_them(mem):
     assert fitted.messages[-fitted.kept_recent]["tool_calls"][0]["id"] == "c29"
 
 
-def test_an_empty_tool_result_is_sent_on_but_not_stored(mem):
+def test_an_empty_turn_is_sent_on_but_not_stored_and_an_empty_tool_result_is_stored_as_no_output(mem):
     msgs = [*run(3), {"role": "assistant", "content": None, "tool_calls": [
         {"id": "q", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "q", "content": ""}, {"role": "assistant", "content": ""}]
     fitted = mem.fit(msgs, 10_000, scope="run-1")
     assert fitted.messages == msgs
     assert all(it.text for it in mem.items(scope="run-1"))
+    assert [it.text for it in mem.items(scope="run-1") if it.kind == "tool_result"][-1] == "(no output)"
     assert mem.fit(msgs, 300, scope="run-1").tokens <= 300
 
 

@@ -59,13 +59,21 @@ def test_chat_messages_become_items_of_their_own_kind(memory: Memory):
     ({"role": "user", "content": 5}, "content must be"),
     ({"role": "assistant", "content": None}, "neither content nor tool calls"),
     ({"role": "assistant", "content": None, "tool_calls": [{"function": {}}]}, "no function name"),
-    ({"role": "tool", "content": ""}, "tool result needs content"),
 ])
 def test_a_malformed_message_names_what_is_wrong_and_writes_nothing(memory: Memory, bad, message):
     before = memory.stats("dana").items
     with pytest.raises(InvalidItemError, match=message):
         memory.add([{"role": "user", "content": "fine"}, bad], scope="dana")
     assert memory.stats("dana").items == before
+
+
+def test_a_tool_result_with_no_output_is_remembered_as_such(memory: Memory):
+    blank = [{"type": "text", "text": " \n"}]
+    stored = memory.add([{"role": "tool", "tool_call_id": "c1", "content": ""},
+                         {"role": "tool", "tool_call_id": "c2", "content": blank}], scope="dana")
+    assert [it.text for it in stored] == ["(no output)", "(no output)"]
+    assert stored[0].meta == {"tool_call_id": "c1", "empty": True}
+    assert stored[1].meta == {"tool_call_id": "c2", "empty": True, "content": " \n"}  # nothing lost
 
 
 def test_ids_map_onto_hard_scopes_and_narrow_within_them(memory: Memory):

@@ -103,8 +103,10 @@ def _plain(msg: object) -> object:
 
 
 def _storable(msg: Mapping[str, Any]) -> bool:
-    """Whether a message has anything to remember: an empty tool result (a command with no
-    output) or an empty assistant turn is sent on as it is but stored as nothing."""
+    """Whether a message has anything to remember: an empty assistant turn is sent on as it is
+    but stored as nothing; a tool result always is (an empty one as "(no output)")."""
+    if msg.get("role") in ("tool", "function"):
+        return True
     text, others = _text_of(msg)
     refusal = msg.get("refusal")
     return bool(text.strip() or others or msg.get("tool_calls") or msg.get("function_call")

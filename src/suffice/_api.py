@@ -630,8 +630,8 @@ class Memory:
         memory rendered for ``query`` (default: the newest user text) under the tokens left,
         from the items older than the recent window. Every message is stored once (ids from
         the session and position: sending the grown list again stores only what is new), so a
-        list that fits is returned as it is, and nothing dropped is lost; a message with nothing
-        in it (an empty tool result) is sent on but not stored.
+        list that fits is returned as it is, and nothing dropped is lost; an empty assistant
+        turn is sent on but not stored, and an empty tool result is stored as "(no output)".
 
         Messages are stored under ``agent_id`` and the session (``run_id``, else ``session``,
         else ``"agent"``). The memory draws on the scope's earlier items of that agent: with

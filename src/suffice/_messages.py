@@ -2,7 +2,9 @@
 
 One message becomes one item, except an assistant message with tool calls: its text (if any)
 is one item and each tool call is an item of kind ``tool_call``; a ``tool`` message is an item
-of kind ``tool_result``. Text parts of a multi-part content (and a refusal) are joined; any
+of kind ``tool_result`` (one with no output is stored as :data:`NO_OUTPUT`, marked
+``meta["empty"]``: a command that printed nothing still ran). Text parts of a multi-part
+content (and a refusal) are joined; any
 other part (an image, audio, a file) is kept whole in ``meta["parts"]`` and marked in the text
 as ``[image_url]``, so nothing the caller sent is lost. A message may also carry item fields of
 its own (``observed_at``, ``session``, ``meta``, ``id``), which win over the call's.
@@ -20,6 +22,8 @@ from ._types import NewItem
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _KNOWN = {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "id", "refusal",
           "observed_at", "session", "meta"}
+NO_OUTPUT = "(no output)"
+"""The text stored for a tool result whose content is empty."""
 TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 """Content part types that carry text, and the key that holds it."""
 
@@ -65,7 +69,10 @@ def message_items(msg: Mapping[str, Any], index: int, base: dict[str, Any]) -> l
         call_id = msg.get("tool_call_id")
         result_meta = {**meta, **({"tool_call_id": call_id} if call_id else {})}
         if not text.strip():
-            raise InvalidItemError(f"{where}: a tool result needs content")
+            result_meta["empty"] = True
+            if text:  # whitespace only: kept, so nothing the caller sent is lost
+                result_meta["content"] = text
+            text = NO_OUTPUT
         return [NewItem(text=text, speaker=name or "tool", role=role, kind="tool_result",
                         meta=result_meta, id=msg_id, **common)]
     if text.strip():
