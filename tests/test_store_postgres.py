@@ -250,12 +250,13 @@ def test_bm25_scores_equal_the_sqlite_stores(pg, tmp_path, query):
 
 
 MIXED = ["mail ana@example.com about the report", "dose 2.5 mg daily", "we met at the café in Porto",
-         "saved taxes2023.pdf in /home/ana/docs", "a well-known snake_case name", "see https://docs.example.org/a?b=1",
+         "saved taxes2023.pdf in /home/ana/docs", "path C:\\Users\\bo\\notes.txt",
+         "a well-known snake_case name", "see https://docs.example.org/a?b=1",
          "plain words without marks"]
 
 
 @pytest.mark.parametrize("query", [["example"], ["5"], ["cafe"], ["café"], ["pdf"], ["taxes2023"], ["docs"],
-                                   ["known"], ["case"], ["ana"], ["org"]])
+                                   ["known"], ["case"], ["ana"], ["org"], ["users"], ["notes"]])
 def test_bm25_splits_addresses_numbers_and_accents_as_sqlite_does(pg, tmp_path, query):
     """PostgreSQL's parser keeps e-mails, hosts, file names and decimals whole and keeps accents;
     FTS5 splits at punctuation and drops accents. The store makes PostgreSQL see text as FTS5 does."""

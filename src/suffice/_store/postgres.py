@@ -213,12 +213,12 @@ ALTER TEXT SEARCH CONFIGURATION {schema}.suffice_en
 _TS_PREP = r"""
 CREATE OR REPLACE FUNCTION {schema}.suffice_prep(t text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS
-$$ SELECT regexp_replace({unaccented}, '[][!"#$%&''()*+,./:;<=>?@\^_`{{|}}~-]+', ' ', 'g') $$;
+$$ SELECT regexp_replace({unaccented}, '[][!"#$%&''()*+,./:;<=>?@\\^_`{{|}}~-]+', ' ', 'g') $$;
 """
 """Text as FTS5's unicode61 tokenizer sees it, for PostgreSQL's parser: ASCII punctuation is a
 separator (the parser would keep ``ana@example.com``, ``2.5`` or ``taxes.pdf`` whole, where FTS5
 finds ``example``, ``5`` and ``pdf``) and accents are dropped (``café`` is found by ``cafe``)."""
-_UNACCENT_UTF8 = "normalize(regexp_replace(normalize(t, NFD), '[\u0300-\u036f]+', '', 'g'), NFC)"
+_UNACCENT_UTF8 = r"normalize(regexp_replace(normalize(t, NFD), '[\u0300-\u036f]+', '', 'g'), NFC)"
 """Accents off: decompose, drop the combining marks, compose again (UTF-8 databases only)."""
 
 _REPARSE = """
