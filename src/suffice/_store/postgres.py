@@ -217,7 +217,9 @@ $$ SELECT regexp_replace({unaccented}, '[][!"#$%&''()*+,./:;<=>?@\\^_`{{|}}~-]+'
 """
 """Text as FTS5's unicode61 tokenizer sees it, for PostgreSQL's parser: ASCII punctuation is a
 separator (the parser would keep ``ana@example.com``, ``2.5`` or ``taxes.pdf`` whole, where FTS5
-finds ``example``, ``5`` and ``pdf``) and accents are dropped (``café`` is found by ``cafe``)."""
+finds ``example``, ``5`` and ``pdf``) and accents are dropped (``café`` is found by ``cafe``).
+Created once per store and kept: its postings were parsed with it, so a change here needs a new
+schema version that parses them again."""
 _UNACCENT_UTF8 = r"normalize(regexp_replace(normalize(t, NFD), '[\u0300-\u036f]+', '', 'g'), NFC)"
 """Accents off: decompose, drop the combining marks, compose again (UTF-8 databases only)."""
 
