@@ -156,6 +156,8 @@ class StoreContract:
         assert texts(Filter(meta={"flag": True})) == ["three"]
         assert texts(Filter(meta={"none": None})) == ["four"]
         assert texts(Filter(meta={"obj": {"a": 1}})) == ["four"]
+        assert texts(Filter(meta={"obj": {"a": 1.0}})) == []  # inside a container, JSON text decides
+        assert texts(Filter(meta={"n": 2.0})) == ["two"]      # a number alone is compared by value
         assert texts(Filter(meta={"topic": "dogs"})) == []
         assert texts(None, offset=1, limit=2) == ["two", "three"]
         assert texts(None, newest_first=True, limit=2) == ["four", "three"]

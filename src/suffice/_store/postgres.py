@@ -1378,10 +1378,12 @@ def _filter_sql(flt: Filter | None, alias: str, *, named: bool = False) -> tuple
     for key, value in (flt.meta or {}).items():
         # Containment finds the rows through the GIN index and, for a scalar, is the whole test:
         # jsonb keeps JSON's types (true is not 1) and compares numbers by value. An object or
-        # array must also equal the stored one, not merely be contained in it.
+        # array must also equal the stored one as JSON text (jsonb's text keeps 1.0 apart from
+        # 1, as Filter.matches does), not merely be contained in it.
         conds.append(f"{alias}.meta_j @> {mark(json.dumps({key: value}), '::jsonb')}")
         if isinstance(value, (dict, list)):
-            conds.append(f"{alias}.meta_j -> {mark(key)} = {mark(json.dumps(value), '::jsonb')}")
+            want = mark(json.dumps(value), "::jsonb")
+            conds.append(f"({alias}.meta_j -> {mark(key)})::text = ({want})::text")
     if flt.before_seq is not None:
         conds.append(f"{alias}.seq < {mark(int(flt.before_seq))}")
     where = "".join(f" AND {c}" for c in conds)
