@@ -1382,8 +1382,8 @@ def _filter_sql(flt: Filter | None, alias: str, *, named: bool = False) -> tuple
         # 1, as Filter.matches does), not merely be contained in it.
         conds.append(f"{alias}.meta_j @> {mark(json.dumps({key: value}), '::jsonb')}")
         if isinstance(value, (dict, list)):
-            want = mark(json.dumps(value), "::jsonb")
-            conds.append(f"({alias}.meta_j -> {mark(key)})::text = ({want})::text")
+            have = f"({alias}.meta_j -> {mark(key)})::text"  # marked first: %s follow the text's order
+            conds.append(f"{have} = ({mark(json.dumps(value), '::jsonb')})::text")
     if flt.before_seq is not None:
         conds.append(f"{alias}.seq < {mark(int(flt.before_seq))}")
     where = "".join(f" AND {c}" for c in conds)
