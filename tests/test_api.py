@@ -67,6 +67,16 @@ def test_a_malformed_message_names_what_is_wrong_and_writes_nothing(memory: Memo
     assert memory.stats("dana").items == before
 
 
+def test_a_broken_router_folder_in_the_environment_fails_auto_only_and_names_the_variable(
+        memory: Memory, tmp_path, monkeypatch):
+    from suffice import ModelFileError
+    monkeypatch.setenv("SUFFICE_ROUTER", str(tmp_path / "router"))
+    fresh = Memory(memory.store, embedder=memory.embedder)  # resolves its default router anew
+    assert fresh.ask("Where does Dana live?", scope="dana", llm=ScriptedLLM("Porto")).text == "Porto"
+    with pytest.raises(ModelFileError, match=r"\$SUFFICE_ROUTER=.*router.*train one there"):
+        fresh.ask("Where does Dana live?", scope="dana", llm=ScriptedLLM("Porto"), mode="auto")
+
+
 def test_a_tool_result_with_no_output_is_remembered_as_such(memory: Memory):
     blank = [{"type": "text", "text": " \n"}]
     stored = memory.add([{"role": "tool", "tool_call_id": "c1", "content": ""},

@@ -4,7 +4,7 @@ auto follows the router, and every receipt adds up."""
 import pytest
 from conftest import history_items
 
-from suffice import ConfigError, EngineConfig, Memory, ProviderError, StoreConfig
+from suffice import EngineConfig, InvalidInputError, Memory, ProviderError, StoreConfig
 from suffice._deep import choose_blocks
 from suffice._engine import split_aggregate
 from suffice._llm import Price, ScriptedLLM
@@ -241,9 +241,10 @@ def test_auto_without_a_router_uses_the_retrieval_signal_router(memory):
     assert r.path == ("fast" if r.router_score >= r.tau else "deep")
 
 
-def test_an_unknown_mode_is_a_config_error(memory):
-    with pytest.raises(ConfigError, match="mode"):
+def test_an_unknown_mode_is_a_bad_argument_and_so_a_value_error(memory):
+    with pytest.raises(InvalidInputError, match="unknown mode 'quick'") as err:
         memory.ask(llm=reader(), question="x y", scope="dana", mode="quick")  # type: ignore[arg-type]
+    assert isinstance(err.value, ValueError)
 
 
 @pytest.fixture

@@ -152,6 +152,23 @@ def test_local_chat_answers(smol: LocalLlama) -> None:
 
 
 @pytest.mark.llm
+def test_the_first_call_under_a_deadline_is_judged_by_a_probe_not_run_blind() -> None:
+    import time
+
+    from suffice import DeadlineError
+
+    fresh = LocalLlama(smollm2_path(), n_ctx=4096, n_threads=2)  # no call yet: no measured rate
+    long: list[Message] = [{"role": "user", "content": "gauge " * 3000}]
+    t = time.monotonic()
+    with pytest.raises(DeadlineError, match="not started"):
+        fresh.chat(long, max_tokens=4, deadline=time.monotonic() + 0.2)
+    assert time.monotonic() - t < 1.5  # refused after the short probe, not after reading 3,000 tokens
+    probed = fresh._s_per_token
+    fresh.chat([{"role": "user", "content": "Say yes."}], max_tokens=2)
+    assert fresh._s_per_token != probed and not fresh._probed  # the first real call's rate replaces it
+
+
+@pytest.mark.llm
 def test_local_choice_probs_sum_to_one(smol: LocalLlama) -> None:
     messages: list[Message] = [
         {"role": "user", "content": "Is the sky blue on a clear day? Answer Yes or No."}

@@ -710,7 +710,8 @@ class Memory:
             source = tiers or default_tiers(lam, encoder)
             if self.tier_models is not None:  # else the call's one model serves every tier
                 check_models(self.tier_settings, self.tier_models)
-        router = router or self.router
+        if router is None and mode == "auto":  # only auto routes: a broken default fails only it
+            router = self.router
         model = llm or self.default_llm()
         tiered = None
         if agent == "tiered":

@@ -27,7 +27,7 @@ from ._deep import (
     run_agents,
     with_dates,
 )
-from ._errors import ConfigError, DeadlineError, ProviderError
+from ._errors import ConfigError, DeadlineError, InvalidInputError, ProviderError
 from ._llm.base import LLM, CallRecord, Ledger, Message
 from ._llm.parse import extract_answer
 from ._pipeline import ModuleReceipt, TieredAgent
@@ -204,7 +204,7 @@ class Engine:
             style: Style | None = None) -> Answer:
         """Answer ``question`` from ``scope`` under the given configs, each applied whole."""
         if mode not in ("fast", "deep", "auto"):
-            raise ConfigError(f"unknown mode {mode!r}; use fast, deep or auto")
+            raise InvalidInputError(f"unknown mode {mode!r}; use fast, deep or auto")
         budget = config.reader_budget
         tau = config.tau if config.tau is not None else router_tau(self.router)
         ledger = Ledger()

@@ -52,6 +52,12 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
+_PROBE_PROMPT = ("The river authority measures rainfall at twenty gauges along the valley, and every "
+                 "morning the readings are checked, summed and compared with the forecast of the day "
+                 "before, so that the next warning can be issued in time.")
+"""About 45 tokens of plain text for :meth:`LocalLlama._probe`."""
+
+
 class LocalLlama:
     """Chat and next-token choice probabilities from a local GGUF model.
 
@@ -92,9 +98,13 @@ class LocalLlama:
         self._formatter = self._make_formatter()
         self._s_per_token: float | None = None
         """Measured seconds per token of recent calls (None until the first call ends)."""
+        self._probed = False
+        """True while ``_s_per_token`` comes from the probe alone (a short prompt reads slower per
+        token than a long one): the first real call's rate then replaces it."""
 
     def __repr__(self) -> str:
         return f"LocalLlama(model={self.model!r}, path={str(self.path)!r})"
+
 
     def _make_formatter(self) -> Any:
         """The model's own chat template, rendered the way create_chat_completion renders it."""
@@ -175,7 +185,8 @@ class LocalLlama:
             usage = out.get("usage") or {}
             n_in = int(usage.get("prompt_tokens", 0))
             n_out = int(usage.get("completion_tokens", 0))
-            if late.is_set():
+            if late.is_set():  # the prompt was read whole: its time still teaches the rate
+                self._learn_rate((time.perf_counter() - t0), n_in + n_out)
                 raise DeadlineError(f"{self.endpoint}: the query's deadline passed during "
                                     f"generation (stopped after {n_out} tokens)", endpoint=self.endpoint)
         except ProviderError as exc:
@@ -198,25 +209,45 @@ class LocalLlama:
         """
         check_deadline(deadline, "the local model call", self.endpoint)
         left = remaining_s(deadline)
-        if left is not None and self._s_per_token is not None:
-            need = self._s_per_token * count_message_tokens(messages)
-            if need > left:
-                raise DeadlineError(f"{self.endpoint}: {left:.1f} s are left before the query's deadline "
-                                    f"and a prompt this long takes about {need:.1f} s here; not started",
-                                    endpoint=self.endpoint)
         if not self._lock.acquire(timeout=-1 if left is None else max(left, 0.0)):
             raise DeadlineError(f"{self.endpoint}: the query's deadline passed while waiting for the "
                                 "local model (it serves one call at a time)", endpoint=self.endpoint)
         try:
+            if deadline is not None:
+                if self._s_per_token is None:  # the first call with a deadline: measure first
+                    self._probe()
+                left = remaining_s(deadline) or 0.0
+                need = (self._s_per_token or 0.0) * count_message_tokens(messages)
+                if need > left:
+                    raise DeadlineError(
+                        f"{self.endpoint}: {left:.1f} s are left before the query's deadline and a prompt "
+                        f"this long takes about {need:.1f} s here; not started", endpoint=self.endpoint)
             yield
         finally:
             self._lock.release()
+
+    def _probe(self) -> None:
+        """Time one short completion, so the first call under a deadline has a rate to be judged
+        by (about 0.2 s with the 0.5B on 2 cores). A short prompt reads slower per token than a
+        long one, so the estimate errs towards refusing; the first real call replaces it."""
+        t0 = time.perf_counter()
+        try:
+            out = self._llm.create_completion(_PROBE_PROMPT, max_tokens=1, temperature=0.0)
+        except Exception:  # noqa: BLE001 - no estimate: the call is judged by none, as before
+            return
+        usage = out.get("usage") or {}
+        tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+        if tokens > 0:
+            self._s_per_token = (time.perf_counter() - t0) / tokens
+            self._probed = True
 
     def _learn_rate(self, seconds: float, tokens: int) -> None:
         """Keep a running estimate of seconds per token (prompt and output) on this machine."""
         if tokens > 0:
             rate = seconds / tokens
-            self._s_per_token = rate if self._s_per_token is None else 0.8 * self._s_per_token + 0.2 * rate
+            fresh = self._s_per_token is None or self._probed
+            self._s_per_token = rate if fresh else 0.8 * self._s_per_token + 0.2 * rate  # type: ignore[operator]
+            self._probed = False
 
     def choice_probs(
         self,

@@ -102,7 +102,13 @@ def default_router(encoder: str) -> TrainedRouter | None:
     folder = Path(env) if env else shipped_router_dir()
     if folder is None:
         return None
-    router = TrainedRouter(folder)
+    try:
+        router = TrainedRouter(folder)
+    except ModelFileError as exc:
+        if not env:
+            raise
+        raise ModelFileError(f"${ROUTER_ENV}={env}: {exc}; unset it, or train one there with "
+                             "`suffice train router`") from None
     if encoder and router.encoder and router.encoder != encoder:
         return None
     return router
