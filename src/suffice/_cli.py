@@ -1260,7 +1260,7 @@ def mcp_server(
     base_url: BaseUrlOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """The MCP server: tools remember, recall, ask, list and forget, over stdio or streamable HTTP."""
+    """The MCP server: tools remember, recall, ask, list, forget and fit, over stdio or streamable HTTP."""
     with errors():
         if transport not in ("stdio", "http"):
             fail(f"unknown transport {transport!r}; use stdio or http")

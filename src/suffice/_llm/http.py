@@ -116,7 +116,8 @@ class OpenAIHTTP:
                 f"${ENV_BASE_URL}"
             )
         if not model:
-            raise ConfigError(f"no model name given: pass model or set ${ENV_MODEL}")
+            raise ConfigError("no model name given: pass model (--model on the command line) or set "
+                              f"${ENV_MODEL}")
         if max_concurrency < 1:
             raise ConfigError(f"max_concurrency must be at least 1, got {max_concurrency}")
         if retries < 0 or backoff < 0 or timeout <= 0:
