@@ -132,6 +132,19 @@ def test_every_part_says_why_it_is_there(small: Memory) -> None:
         assert p.seqs and p.tokens > 0 and p.unit is not None
 
 
+def test_each_part_is_charged_its_own_lines_so_the_parts_add_up(small: Memory, tmp_path: Path,
+                                                                  embedder) -> None:  # type: ignore[no-untyped-def]
+    one = Memory(tmp_path / "one.db", embedder=embedder)  # a unit whose header is shorter than its record
+    one.add([{"text": "ran the tests: 3 failures in test_io.py", "kind": "observation"}], scope="run")
+    cases = [(one, "run", "which tests failed", m) for m in ("piece", "unit+piece")]
+    cases += [(small, "dana", QUERY, m) for m in ("unit", "piece", "unit+piece", "timeline")]
+    for mem, scope, query, mode in cases:
+        for budget in (60, 150, 333, 700, 1500):
+            ctx = mem.render(query, budget, scope=scope, mode=mode)  # type: ignore[arg-type]
+            assert all(p.tokens >= 0 for p in ctx.parts), (mode, budget, ctx.parts)
+            assert abs(sum(p.tokens for p in ctx.parts) - ctx.tokens) <= 0.1 * ctx.tokens + 3, (mode, budget)
+
+
 def test_piece_recovery_brings_back_the_matching_turn_verbatim(small: Memory) -> None:
     ctx = small.render("peanut allergy dessert", 200, scope="dana", mode="piece")
     assert "It has no nuts at all, so it is safe with your peanut allergy." in ctx.text

@@ -865,11 +865,16 @@ def _piece_recovery(call: _Call, scores: _Scores, stream: _Stream, lines: _Lines
             if q in lines.shown.get(seq, set()):
                 continue
             u = unit_of[seq]
-            c = lines.delta(seq, {q}) + stream.detail_cost(u)
+            own = lines.delta(seq, {q})
+            c = own + stream.detail_cost(u)
             if c <= left:
                 lines.show(seq, {q})
                 stream.add_detail(u)
-                detail.append(_Part("piece", u, sc, f"piece score {sc:.4f}", (seq,), {seq: {q}}, c))
+                # The part is charged its own lines, as raw and excerpt parts are: the change of
+                # the unit's line (record to shorter header) is the header part's, not the piece's
+                # (charging it here gave first pieces negative costs).
+                detail.append(_Part("piece", u, sc, f"piece score {sc:.4f}", (seq,), {seq: {q}},
+                                    max(own, 0)))
                 left -= c
                 misses = 0
             else:
