@@ -257,3 +257,19 @@ def test_forget_reports_counts_and_says_only_what_is_left_to_do(db):
     assert r.output.startswith("forgot 1 item(s)") and "VACUUM" not in r.output
     r = run("--db", db, "forget", "-s", "ana", "--id", "code")
     assert r.output.strip() == "forgot 0 item(s): 0 pieces, 0 vectors, 0 records, 0 links"
+
+
+def test_an_errors_notes_are_printed_with_it(db, monkeypatch):
+    """A failed transfer says in notes what it left behind; the CLI must not drop them."""
+    from suffice import Memory, StoreError
+
+    def broken(self, *args, **kwargs):
+        exc = StoreError("the store could not finish")
+        exc.add_note("scope 'dana' still holds 3 item(s) it added; forget them by hand")
+        raise exc
+
+    run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana")
+    monkeypatch.setattr(Memory, "search", broken)
+    r = run("--db", db, "search", "cat", "-s", "dana")
+    assert r.exit_code == 2 and "the store could not finish" in r.output
+    assert "still holds 3 item(s) it added" in r.output

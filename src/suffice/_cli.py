@@ -75,8 +75,8 @@ def fail(message: str) -> None:
 def errors() -> Iterator[None]:
     try:
         yield
-    except SufficeError as exc:
-        fail(str(exc))
+    except SufficeError as exc:  # with its notes (what a failed transfer left behind, say)
+        fail("\n".join([str(exc), *getattr(exc, "__notes__", ())]))
     except KeyboardInterrupt:
         fail("interrupted")
 
