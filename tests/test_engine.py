@@ -115,8 +115,14 @@ def test_receipts_add_up(memory, mode):
     assert sum(b.calls for b in r.blocks) == len(agent_calls)
     assert sum(b.cost_usd for b in r.blocks) == pytest.approx(sum(c.cost_usd for c in agent_calls))
     assert sum(b.input_tokens for b in r.blocks) == sum(c.input_tokens for c in agent_calls)
-    # The parts account for the context the reader saw.
-    assert sum(p.tokens for p in r.parts) <= r.context_tokens
+    assert parts_account_for(r)
+
+
+def parts_account_for(r) -> bool:  # type: ignore[no-untyped-def]
+    """The parts account for the context the reader saw: none negative, and their sum within
+    a newline a line of the exact count (ContextPart.tokens)."""
+    total = sum(p.tokens for p in r.parts)
+    return all(p.tokens >= 0 for p in r.parts) and abs(total - r.context_tokens) <= 0.1 * r.context_tokens + 5
 
 
 def _note(block, lines):
@@ -381,7 +387,7 @@ def test_llm_aggregator_receipt_adds_up(memory):
         mode="deep",
     ).receipt
     assert r.path == "deep" and r.parts
-    assert sum(p.tokens for p in r.parts) <= r.context_tokens
+    assert parts_account_for(r)
     assert r.t_mem_ms == pytest.approx(sum(v for k, v in r.stages_ms.items() if k != "aggregate"))
 
 

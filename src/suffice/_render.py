@@ -872,9 +872,9 @@ def _piece_recovery(call: _Call, scores: _Scores, stream: _Stream, lines: _Lines
                 stream.add_detail(u)
                 # The part is charged its own lines, as raw and excerpt parts are: the change of
                 # the unit's line (record to shorter header) is the header part's, not the piece's
-                # (charging it here gave first pieces negative costs).
-                detail.append(_Part("piece", u, sc, f"piece score {sc:.4f}", (seq,), {seq: {q}},
-                                    max(own, 0)))
+                # (charging it here gave first pieces negative costs). A piece that joins two
+                # shown ones may save a gap mark (own < 0); a unit's pieces sum to their lines.
+                detail.append(_Part("piece", u, sc, f"piece score {sc:.4f}", (seq,), {seq: {q}}, own))
                 left -= c
                 misses = 0
             else:
@@ -1008,7 +1008,7 @@ def _compose(timeline: list[_Part], detail: list[_Part], recent: list[_Part],
             if pieces:  # one receipt line per unit for its pieces, with the best score
                 top = max(pieces, key=lambda p: p.priority)
                 parts.append(ContextPart("piece", u, tuple(sorted({q for p in pieces for q in p.seqs})),
-                                         sum(p.tokens for p in pieces),
+                                         max(sum(p.tokens for p in pieces), 0),
                                          f"{len(pieces)} piece(s), best {top.reason}", top.priority))
     if listed and n_units - prev - 1 > 0:
         out.append(_marker(n_units - prev - 1))

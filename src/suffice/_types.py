@@ -314,6 +314,9 @@ class ContextPart:
     unit: int | None
     seqs: tuple[int, ...]
     tokens: int
+    """Tokens of the part's own lines as the renderer charged them, each line with its newline
+    counted apart; the whole context is counted exactly (``Context.tokens``), which can be
+    a few tokens less than the parts' sum where a newline shares a token with its neighbour."""
     reason: str
     """e.g. 'seed 0.82', 'link from unit 4 (0.41)', 'recency', 'timeline'."""
     score: float = 0.0
