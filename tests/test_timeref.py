@@ -65,3 +65,16 @@ def test_annotation_keeps_the_line_verbatim_and_adds_the_meaning():
 def test_a_question_that_asks_when_is_told_from_one_that_does_not(question, asks):
     from suffice._timeref import asks_time
     assert asks_time(question) is asks
+
+
+def test_the_day_before_yesterday_is_two_days_back_and_the_day_after_tomorrow_two_ahead():
+    (r,) = resolve("I bought it the day before yesterday.", THU)
+    assert r.phrase == "the day before yesterday" and r.meaning.endswith("18 July 2023")
+    (r,) = resolve("leaving the day after tomorrow evening", THU)
+    assert r.phrase == "the day after tomorrow" and r.meaning.endswith("22 July 2023")
+
+
+def test_a_phrase_past_the_calendars_edge_is_left_unresolved_not_a_crash():
+    assert resolve("999999 days ago", THU) == []
+    assert resolve("yesterday", date(1, 1, 1)) == []
+    assert resolve("next month", date(9999, 12, 5)) == []

@@ -24,7 +24,9 @@ def test_the_time_of_day_and_the_zone_are_kept():
 
 
 @pytest.mark.parametrize("stamp", ["", "   ", "step 14", "yesterday", "session 3 of 10", "2023-13-45",
-                                   "31 February, 2023", "May 8"])
+                                   "31 February, 2023", "May 8", "session 42", "step 250", "page 300",
+                                   "v2.3.1 release", "Room 101, March", "9999-12-31T23:59:59-05:00",
+                                   "0001-01-01T00:00:00+05:00"])
 def test_text_without_a_readable_date_and_year_gives_none(stamp):
     assert parse_time(stamp) is None
 
@@ -42,3 +44,26 @@ def test_time_arguments_accept_datetimes_dates_text_and_seconds():
 def test_a_time_argument_that_names_no_time_is_a_clear_error(bad):
     with pytest.raises(InvalidQueryError, match="since"):
         as_timestamp(bad, "since")
+
+
+def test_nothing_depends_on_the_machine_zone_names_and_two_digit_years_are_fixed():
+    # EST is UTC-5 wherever this runs (dateutil alone read it as the machine's zone, or dropped it)
+    assert parse_time("2023-07-20 20:56 EST") == datetime(2023, 7, 21, 1, 56, tzinfo=UTC).timestamp()
+    assert parse_time("2023-07-20 20:56 CEST") == datetime(2023, 7, 20, 18, 56, tzinfo=UTC).timestamp()
+    assert parse_time("2023-07-20 20:56 XYZT") == datetime(2023, 7, 20, 20, 56, tzinfo=UTC).timestamp()
+    # two-digit years pivot as strptime does, not on today's year
+    from suffice._times import _INFO
+    assert [_INFO.convertyear(y) for y in (76, 69, 68, 0)] == [1976, 1969, 2068, 2000]
+    assert day_of(parse_time("8 May, 76")) == date(1976, 5, 8)
+    assert day_of(parse_time("03/04/2025")) == date(2025, 3, 4)  # month first, as documented
+
+
+def test_seconds_as_text_are_seconds_and_a_short_number_is_a_year():
+    assert as_timestamp("1689811200") == 1_689_811_200.0
+    assert as_timestamp("2023") == datetime(2023, 1, 1, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize("huge", [10**400, datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))])
+def test_a_time_beyond_what_can_be_compared_is_a_clear_error(huge):
+    with pytest.raises(InvalidQueryError, match="beyond the times"):
+        as_timestamp(huge, "since")

@@ -55,7 +55,9 @@ def _shift_months(d: date, n: int) -> date:
 _COUNT = r"a couple of|couple of|a few|few|several|an?|one|two|three|four|five|six|seven|eight|nine|ten|\d+"
 _PATTERNS = re.compile(
     r"\b(?:"
-    r"(?P<yesterday>yesterday|last night)"
+    r"(?P<dby>the day before yesterday)"  # before "yesterday": the longer phrase wins
+    r"|(?P<dat>the day after tomorrow)"
+    r"|(?P<yesterday>yesterday|last night)"
     r"|(?P<today>today|tonight|this morning|this afternoon|this evening)"
     r"|(?P<tomorrow>tomorrow)"
     r"|(?P<lastwd>last (?P<wd1>" + "|".join(_WEEKDAYS) + r"))"
@@ -75,7 +77,10 @@ def resolve(text: str, when: date) -> list[Resolution]:
     out: list[Resolution] = []
     for m in _PATTERNS.finditer(text):
         phrase = m.group(0)
-        meaning = _meaning(m, when)
+        try:
+            meaning = _meaning(m, when)
+        except (OverflowError, ValueError):  # "999999 days ago", or a date at the calendar's edge
+            continue
         if meaning and all(r.phrase.lower() != phrase.lower() for r in out):
             out.append(Resolution(phrase, meaning))
     return out
@@ -83,6 +88,10 @@ def resolve(text: str, when: date) -> list[Resolution]:
 
 def _meaning(m: re.Match[str], when: date) -> str:
     on = _day(when)
+    if m["dby"]:
+        return f"two days before {on}, {_day(when - timedelta(days=2))}"
+    if m["dat"]:
+        return f"two days after {on}, {_day(when + timedelta(days=2))}"
     if m["yesterday"]:
         return f"the day before {on}, {_day(when - timedelta(days=1))}"
     if m["today"]:

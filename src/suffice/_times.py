@@ -3,24 +3,67 @@
 The text is kept as written (it is what a reader sees); the parsed timestamp is what filters,
 ordering by time and the relative-date step use. Parsing is python-dateutil's, with fuzzy
 matching so "1:56 pm on 8 May, 2023" reads as written. A time without a zone is taken as UTC.
-Text that names no year ("yesterday", "session 3") gets no timestamp rather than a guess.
+Text that names no year ("yesterday", "session 3") gets no timestamp rather than a guess, and
+neither does a number that only looks like one ("session 42", "step 250"): the text must name a
+month or have a date's shape. Nothing depends on the machine: zone names are read from a fixed
+table (not the local zone), two-digit years pivot on a fixed rule (not today's year), and
+numeric dates are month first (03/04/2025 is 4 March).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, date, datetime, time
+from datetime import tzinfo as _tzinfo
 from functools import lru_cache
 from typing import TypeAlias
 
 from dateutil import parser as _parser
+from dateutil.tz import tzoffset
 
 from ._errors import InvalidQueryError
+
+SECONDS = re.compile(r"-?\d{9,}(\.\d+)?")
+"""Text that is POSIX seconds, not a date: nine digits or more (1973 onwards), on every surface."""
 
 TimeLike: TypeAlias = datetime | date | str | int | float
 """What a time argument may be: a datetime or date, text with a date in it, or POSIX seconds."""
 
 _DEFAULTS = (datetime(2001, 1, 1), datetime(2002, 2, 2))
+
+_ZONES = {"UTC": 0, "UT": 0, "GMT": 0, "Z": 0, "WET": 0, "WEST": 1, "BST": 1, "CET": 1, "CEST": 2,
+          "EET": 2, "EEST": 3, "MSK": 3, "JST": 9, "KST": 9, "AEST": 10, "AEDT": 11, "NZST": 12,
+          "NZDT": 13, "HST": -10, "AKST": -9, "AKDT": -8, "PST": -8, "PDT": -7, "MST": -7, "MDT": -6,
+          "CST": -6, "CDT": -5, "EST": -5, "EDT": -4}
+"""Zone names read as fixed offsets (hours). Names that mean several zones (IST, for one) are
+left out: an unknown name is read as UTC, like no zone at all."""
+
+_MONTH = re.compile(r"\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b", re.IGNORECASE)
+_DATE_SHAPE = re.compile(r"\b(\d{4}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}|\d{8})\b")
+_YEAR = re.compile(r"\b[12]\d{3}\b")
+
+
+class _FixedInfo(_parser.parserinfo):  # type: ignore[misc]  # dateutil ships no types here
+    """dateutil's reading, minus what depends on the day it runs."""
+
+    def convertyear(self, year: int, century_specified: bool = False) -> int:
+        """Two-digit years as POSIX strptime reads them: 69-99 are 19xx, 00-68 are 20xx."""
+        if year < 100 and not century_specified:
+            return year + (1900 if year >= 69 else 2000)
+        return year
+
+
+_INFO = _FixedInfo()
+
+
+def _zone(name: str | None, offset: int | None) -> _tzinfo | None:
+    if offset is not None:  # a numeric offset, as written
+        return tzoffset(name, offset)  # type: ignore[no-any-return]
+    if not name:
+        return None  # no zone: taken as UTC below
+    hours = _ZONES.get(name.upper())
+    return tzoffset(name, int(hours * 3600)) if hours is not None else UTC
 
 
 @lru_cache(maxsize=4096)
@@ -29,16 +72,18 @@ def parse_time(text: str) -> float | None:
 
     Cached: a conversation repeats its session's timestamp on every turn."""
     text = text.strip()
-    if not text:
-        return None
+    if not text or not (_MONTH.search(text) or _DATE_SHAPE.search(text) or _YEAR.search(text)):
+        return None  # a bare number is a step, a page, a session, not a year
     try:
-        first = _parser.parse(text, fuzzy=True, default=_DEFAULTS[0])
-        second = _parser.parse(text, fuzzy=True, default=_DEFAULTS[1])
-    except (ValueError, OverflowError):
+        first = _parser.parse(text, _INFO, fuzzy=True, default=_DEFAULTS[0], tzinfos=_zone)
+        second = _parser.parse(text, _INFO, fuzzy=True, default=_DEFAULTS[1], tzinfos=_zone)
+        if first.year != second.year:  # the year came from our default, not from the text
+            return None
+        if first.year < 1000 and not _DATE_SHAPE.search(text):  # "Room 101, March"
+            return None
+        return to_utc(first).timestamp()
+    except (ValueError, OverflowError):  # unreadable, or beyond what a datetime holds in UTC
         return None
-    if first.year != second.year:  # the year came from our default, not from the text
-        return None
-    return to_utc(first).timestamp()
 
 
 def to_utc(moment: datetime) -> datetime:
@@ -52,15 +97,21 @@ def as_timestamp(value: TimeLike, name: str = "time") -> float:
     """A time argument (``since``, ``until``) as UTC POSIX seconds; clear error otherwise."""
     if isinstance(value, bool):
         raise InvalidQueryError(f"{name} must be a datetime, a date, text or POSIX seconds, got {value!r}")
-    if isinstance(value, datetime):
-        return to_utc(value).timestamp()
-    if isinstance(value, date):
-        return datetime.combine(value, time(), tzinfo=UTC).timestamp()
-    if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise InvalidQueryError(f"{name} must be a finite number of seconds, got {value!r}")
-        return float(value)
+    try:
+        if isinstance(value, datetime):
+            return to_utc(value).timestamp()
+        if isinstance(value, date):
+            return datetime.combine(value, time(), tzinfo=UTC).timestamp()
+        if isinstance(value, (int, float)):
+            if not math.isfinite(value):
+                raise InvalidQueryError(f"{name} must be a finite number of seconds, got {value!r}")
+            return float(value)
+    except OverflowError:
+        shown = str(value)[:40]
+        raise InvalidQueryError(f"{name} {shown!r} is beyond the times that can be compared") from None
     if isinstance(value, str):
+        if SECONDS.fullmatch(value.strip()):  # POSIX seconds written as text (a query string)
+            return float(value)
         ts = parse_time(value)
         if ts is None:
             raise InvalidQueryError(f"{name} {value!r} holds no date (a year at least) that can be read")

@@ -308,13 +308,14 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
                          offset: Annotated[int, Query(ge=0)] = 0,
                          limit: Annotated[int | None, Query(ge=0)] = 100,
                          newest_first: bool = False) -> dict[str, Any]:
-        """Items in log order (or newest first), filtered and paged."""
+        """Items in log order (or newest first), filtered and paged. ``since`` / ``until`` are
+        read as the Python API reads text: nine digits or more are POSIX seconds, "2023" the year."""
         limit_count(limit, "limit")
         if offset > 1_000_000:
             raise InvalidQueryError(f"offset is {offset}; at most 1,000,000")
         meta_map = _json_object(meta, "meta")
         items = await within(mem.items(**where.ident(), session=session, speaker=speaker, kind=kind,
-                                       role=role, since=_time(since), until=_time(until), meta=meta_map,
+                                       role=role, since=since, until=until, meta=meta_map,
                                        offset=offset, limit=limit, newest_first=newest_first),
                              conf.deadline_s)
         return {"items": to_json(items)}
@@ -443,16 +444,6 @@ def _json_object(raw: str | None, name: str) -> Mapping[str, Any] | None:
     if not isinstance(value, dict):
         raise InvalidQueryError(f"{name} must be a JSON object")
     return value
-
-
-def _time(raw: str | None) -> str | float | None:
-    """A query-string time: POSIX seconds when it is a number, else the text as written."""
-    if raw is None:
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        return raw
 
 
 Caller = Annotated[AsyncMemory, Depends(_caller)]
