@@ -5,9 +5,9 @@ ordering by time and the relative-date step use. Parsing is python-dateutil's, w
 matching so "1:56 pm on 8 May, 2023" reads as written. A time without a zone is taken as UTC.
 Text that names no year ("yesterday", "session 3") gets no timestamp rather than a guess, and
 neither does a number that only looks like one ("session 42", "step 250"): the text must name a
-month or have a date's shape. Nothing depends on the machine: zone names are read from a fixed
-table (not the local zone), two-digit years pivot on a fixed rule (not today's year), and
-numeric dates are month first (03/04/2025 is 4 March).
+month, have a date's shape or hold a four-digit year. Nothing depends on the machine: zone
+names are read from a fixed table (not the local zone), two-digit years pivot on a fixed rule
+(not today's year), and numeric dates are month first (03/04/2025 is 4 March).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ _ZONES = {"UTC": 0, "UT": 0, "GMT": 0, "Z": 0, "WET": 0, "WEST": 1, "BST": 1, "C
 """Zone names read as fixed offsets (hours). Names that mean several zones (IST, for one) are
 left out: an unknown name is read as UTC, like no zone at all."""
 
-_MONTH = re.compile(r"\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b", re.IGNORECASE)
+_MONTH = re.compile(r"\b(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sept?(ember)?"
+                    r"|oct(ober)?|nov(ember)?|dec(ember)?)\b", re.IGNORECASE)  # whole words: not "maybe"
 _DATE_SHAPE = re.compile(r"\b(\d{4}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}|\d{8})\b")
 _YEAR = re.compile(r"\b[12]\d{3}\b")
 

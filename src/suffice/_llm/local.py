@@ -105,7 +105,6 @@ class LocalLlama:
     def __repr__(self) -> str:
         return f"LocalLlama(model={self.model!r}, path={str(self.path)!r})"
 
-
     def _make_formatter(self) -> Any:
         """The model's own chat template, rendered the way create_chat_completion renders it."""
         template = self._llm.metadata.get("tokenizer.chat_template")
