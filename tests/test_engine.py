@@ -551,3 +551,13 @@ def test_a_when_question_gets_room_for_every_date_its_evidence_states(tmp_path, 
     assert stated[True][0] == stated[True][1] > 0  # every turn shown has its date
     assert stated[False][0] < stated[False][1]  # filled to the budget, most went without
     mem.close()
+
+
+def test_the_deep_path_dates_yesterday_from_the_day_the_speaker_wrote(memory):
+    from suffice._llm.scripted import ScriptedLLM
+    memory.add([{"text": "We met Rui at the harbour yesterday.", "speaker": "Ana",
+                 "observed_at": "2023-07-20T21:30:00-04:00"}], scope="ana")  # 21 July in UTC
+    llm = ScriptedLLM("19 July 2023")
+    memory.ask("When did Ana meet Rui?", scope="ana", llm=llm, mode="deep")
+    prompt = str(llm.calls[-1])
+    assert "19 July 2023" in prompt and "20 July 2023" in prompt and "21 July" not in prompt

@@ -78,3 +78,9 @@ def test_a_phrase_past_the_calendars_edge_is_left_unresolved_not_a_crash():
     assert resolve("999999 days ago", THU) == []
     assert resolve("yesterday", date(1, 1, 1)) == []
     assert resolve("next month", date(9999, 12, 5)) == []
+
+
+def test_yesterday_said_in_the_evening_of_a_zone_behind_utc_is_the_day_before_that_evening():
+    from suffice._times import parse_time, said_day
+    when = said_day("2023-07-20T21:30:00-04:00", parse_time("2023-07-20T21:30:00-04:00"))
+    assert annotate("Ana: we met yesterday", "we met yesterday", when).endswith("19 July 2023]")

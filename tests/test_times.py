@@ -67,3 +67,12 @@ def test_seconds_as_text_are_seconds_and_a_short_number_is_a_year():
 def test_a_time_beyond_what_can_be_compared_is_a_clear_error(huge):
     with pytest.raises(InvalidQueryError, match="beyond the times"):
         as_timestamp(huge, "since")
+
+
+def test_a_turns_day_is_the_one_its_speaker_wrote_not_the_utc_day():
+    from suffice._times import said_day
+    evening = "2023-07-20T21:30:00-04:00"  # already 21 July in UTC
+    assert day_of(parse_time(evening)) == date(2023, 7, 21)
+    assert said_day(evening, parse_time(evening)) == THU
+    assert said_day("8 May, 2023", parse_time("8 May, 2023")) == date(2023, 5, 8)
+    assert said_day("", None) is None and said_day("session 3", None) is None

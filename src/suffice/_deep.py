@@ -19,7 +19,7 @@ from ._prompts import BLOCK_NONE, block_agent_messages
 from ._store.base import Store
 from ._text import STOPWORDS, words
 from ._timeref import annotate
-from ._times import day_of
+from ._times import said_day
 from ._tokens import count_tokens, truncate
 from ._types import Block, ContextPart, Evidence, Hit, Item
 from ._views import ScopeViews
@@ -79,7 +79,8 @@ def with_dates(notes: Sequence[AgentNote], items: dict[int, Item]) -> tuple[list
         if pairs is None or any(q not in items for q, _ in pairs):
             out.append(n)
             continue
-        dated = [annotate(line, items[q].text, day_of(items[q].observed_ts)) for q, line in pairs]
+        dated = [annotate(line, items[q].text, said_day(items[q].observed_at, items[q].observed_ts))
+                 for q, line in pairs]
         changed += sum(a != line for a, (_, line) in zip(dated, pairs, strict=True))
         out.append(replace(n, notes="\n".join(dated)))
     return out, changed
@@ -109,7 +110,7 @@ def dated_context(text: str, parts: Sequence[ContextPart], known: Evidence, stor
         it = _line_item(line, items)
         if it is None:
             continue
-        dated = annotate(line, it.text, day_of(it.observed_ts))
+        dated = annotate(line, it.text, said_day(it.observed_at, it.observed_ts))
         if dated == line:
             continue
         extra = count_tokens(dated) - count_tokens(line)

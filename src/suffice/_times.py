@@ -121,6 +121,26 @@ def as_timestamp(value: TimeLike, name: str = "time") -> float:
         f"{name} must be a datetime, a date, text or POSIX seconds, got {type(value).__name__}")
 
 
+def said_day(observed_at: str, ts: float | None) -> date | None:
+    """The calendar day the speaker wrote on: ``observed_at``'s own date, in its own zone, so
+    a "yesterday" said at 21:30 -04:00 counts from that evening's date, not from the UTC day
+    (already the next one). The UTC day of ``ts`` when the text has no date of its own."""
+    if ts is None:
+        return None
+    return _written_day(observed_at) or day_of(ts)
+
+
+@lru_cache(maxsize=4096)
+def _written_day(text: str) -> date | None:
+    if parse_time(text) is None:
+        return None
+    try:
+        moment: datetime = _parser.parse(text.strip(), _INFO, fuzzy=True, default=_DEFAULTS[0], tzinfos=_zone)
+        return moment.date()
+    except (ValueError, OverflowError):
+        return None
+
+
 def day_of(ts: float | None) -> date | None:
     """The UTC calendar day of a timestamp (None stays None)."""
     if ts is None:

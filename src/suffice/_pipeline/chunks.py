@@ -13,7 +13,7 @@ from datetime import date
 
 import numpy as np
 
-from .._times import day_of
+from .._times import said_day
 from .._types import Item
 
 __all__ = ["Chunk", "build_chunks"]
@@ -33,7 +33,7 @@ class Chunk:
 
     @property
     def day(self) -> date | None:
-        return day_of(self.items[0].observed_ts) if self.items else None
+        return said_day(self.items[0].observed_at, self.items[0].observed_ts) if self.items else None
 
     def text(self) -> str:
         return "\n".join(it.render() for it in self.items)

@@ -31,7 +31,7 @@ from .._errors import ConfigError, OutputParseError
 from .._llm.parse import extract_answer, strip_fences
 from .._text import STOPWORDS, words
 from .._timeref import resolve
-from .._times import day_of
+from .._times import said_day
 from .._tokens import count_tokens, truncate
 from .chunks import Chunk
 
@@ -174,7 +174,7 @@ def rule_facts(module: Module, question: str, chunks: Sequence[Chunk]) -> list[s
     out: list[str] = []
     for c in chunks:
         for it in c.items:
-            day = day_of(it.observed_ts) or c.day
+            day = said_day(it.observed_at, it.observed_ts) or c.day
             when = _when(day)
             for sent in _SENT.split(it.text):
                 if module == "entity":
@@ -244,7 +244,7 @@ def spacy_facts(module: Module, question: str, chunks: Sequence[Chunk],
     """Mid tier of entity / temporal / topic: dependency relations, dated events and noun
     phrases from spaCy's parse of each turn; topics ranked by embedding similarity."""
     nlp = load_spacy()
-    turns = [(it, day_of(it.observed_ts) or c.day) for c in chunks for it in c.items]
+    turns = [(it, said_day(it.observed_at, it.observed_ts) or c.day) for c in chunks for it in c.items]
     docs: list[Doc] = list(nlp.pipe([it.text for it, _ in turns]))
     out: list[str] = []
     topics: list[str] = []
