@@ -84,3 +84,11 @@ def test_yesterday_said_in_the_evening_of_a_zone_behind_utc_is_the_day_before_th
     from suffice._times import parse_time, said_day
     when = said_day("2023-07-20T21:30:00-04:00", parse_time("2023-07-20T21:30:00-04:00"))
     assert annotate("Ana: we met yesterday", "we met yesterday", when).endswith("19 July 2023]")
+
+
+@pytest.mark.parametrize(("text", "day"), [
+    ("a couple days ago", "18 July 2023"), ("couple of days ago", "18 July 2023"),
+    ("eleven days ago", "9 July 2023"), ("0 days ago", "20 July 2023")])
+def test_more_ways_of_counting_days_back(text, day):
+    (r,) = resolve(text, THU)
+    assert r.meaning.endswith(day) and "0 days" not in r.meaning

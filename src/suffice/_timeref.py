@@ -27,7 +27,8 @@ def asks_time(question: str) -> bool:
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-           "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "couple of": 2,
+           "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
+           "a couple of": 2, "couple of": 2, "a couple": 2, "couple": 2,
            "a few": 0, "few": 0, "several": 0}
 
 
@@ -52,7 +53,8 @@ def _shift_months(d: date, n: int) -> date:
     return date(d.year + m // 12, m % 12 + 1, 1)
 
 
-_COUNT = r"a couple of|couple of|a few|few|several|an?|one|two|three|four|five|six|seven|eight|nine|ten|\d+"
+_COUNT = (r"a couple of|couple of|a couple|couple|a few|few|several|an?|one|two|three|four|five|six|seven"
+          r"|eight|nine|ten|eleven|twelve|\d+")
 _PATTERNS = re.compile(
     r"\b(?:"
     r"(?P<dby>the day before yesterday)"  # before "yesterday": the longer phrase wins
@@ -116,6 +118,8 @@ def _meaning(m: re.Match[str], when: date) -> str:
     if m["ago"]:
         count_word, unit = m["n"].lower(), m["u4"].lower()
         n = int(count_word) if count_word.isdigit() else _COUNTS.get(count_word, 0)
+        if count_word.isdigit() and n == 0:  # "0 days ago": the day itself
+            return on
         if n == 0:  # "a few", "several": keep the writer's vagueness
             vague = "a few" if count_word in ("few", "a few") else count_word
             return f"{vague} {unit}s before {on}"
