@@ -46,6 +46,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import IO, Any
 
@@ -140,15 +141,12 @@ def _item_key(dump: _ItemDump) -> bytes:
 
 def _head(store: Store, scope: str, n: int, batch: int = BATCH) -> str:
     """The sha256 of the first ``n`` items of ``scope`` with their pieces: equal to the
-    source's when the store holds the start of the same log."""
+    source's when the store holds the start of the same log. (Read as an export reads them;
+    items come before records, so the first ``n`` dumps are those items.)"""
     digest = hashlib.sha256()
-    for start in range(0, n, batch):
-        items = store.items(scope, start=start, end=min(n, start + batch))
-        seqs = [it.seq for it in items]
-        spans, bodies = store.pieces(scope, seqs), store.piece_bodies(scope, seqs)
-        for it in items:
-            pieces = zip(spans.get(it.seq, []), bodies.get(it.seq, []), strict=False)
-            digest.update(_item_key(_ItemDump(it, tuple((s, e, b) for (_, s, e), b in pieces), {})))
+    for dump in islice(_read_scope(store, scope, batch), n):
+        assert isinstance(dump, _ItemDump)
+        digest.update(_item_key(dump))
     return digest.hexdigest()
 
 
@@ -220,17 +218,22 @@ def _read_scope(store: Store, scope: str, batch: int = BATCH) -> Iterator[_Dump]
                                  "do not match; run suffice check")
             yield _ItemDump(it, tuple((s, e, b) for (_, s, e), b in zip(sp, bd, strict=True)),
                             vectors.get(it.seq, {}))
+    records, orphans = _record_dumps(store, scope)
+    yield from (r for r in records if r.last_seq < n)
+    if orphans:
+        raise StoreError(f"scope {scope!r} holds links of units that have no record "
+                         f"({orphans[:5]}); run suffice check")
+
+
+def _record_dumps(store: Store, scope: str) -> tuple[list[_RecordDump], list[int]]:
+    """Every record of ``scope`` with its links, in unit order; and the units (sorted) whose
+    links have no record."""
     links: dict[int, list[tuple[int, str, float]]] = {}
     for src, dst, kind, weight in store.links(scope):
         links.setdefault(src, []).append((dst, kind, weight))
-    for unit, first, last, text, writer in store.records(scope):
-        if last < n:
-            yield _RecordDump(unit, first, last, text, writer, tuple(sorted(links.pop(unit, []))))
-        else:
-            links.pop(unit, None)
-    if links:
-        raise StoreError(f"scope {scope!r} holds links of units that have no record "
-                         f"({sorted(links)[:5]}); run suffice check")
+    records = [_RecordDump(unit, first, last, text, writer, tuple(sorted(links.pop(unit, []))))
+               for unit, first, last, text, writer in store.records(scope)]
+    return records, sorted(links)
 
 
 def summarize(store: Store, scope: str, batch: int = BATCH) -> ScopeSummary:
@@ -699,11 +702,7 @@ class _ScopeWriter:
         self._flush()
 
     def _stored_records(self) -> dict[int, _RecordDump]:
-        links: dict[int, list[tuple[int, str, float]]] = {}
-        for src, dst, kind, weight in self.store.links(self.scope):
-            links.setdefault(src, []).append((dst, kind, weight))
-        return {unit: _RecordDump(unit, first, last, text, writer, tuple(sorted(links.get(unit, []))))
-                for unit, first, last, text, writer in self.store.records(self.scope)}
+        return {r.unit: r for r in _record_dumps(self.store, self.scope)[0]}
 
     def _flush(self) -> None:
         if not self._items:
