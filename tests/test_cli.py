@@ -204,16 +204,23 @@ def test_retrieval_settings_before_the_command_apply_to_it_and_bad_ones_are_one_
     assert r.exit_code == 2 and "no_such_knob" in r.output
 
 
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--lam", "0.3"], "--lam, --tier-cap, --strategy and --tier-models go with --tiered"),
+    (["--strategy", "reasoning"], "--lam, --tier-cap, --strategy and --tier-models go with --tiered"),
+    (["--tiered", "--mode", "fast"], "--tiered runs on the deep path: use --mode deep"),
+    (["--tiered", "--tier-models", "a,b,c"], "--tier-models goes with --strategy capacity"),
+    (["--tiered", "--strategy", "capacity", "--tier-models", "a,b"], "three models, low,mid,high"),
+])
+def test_ask_refuses_tier_flags_that_do_not_go_together(db, flags, says):
+    run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana")
+    r = run("--db", db, "ask", "cat name?", "-s", "dana", *flags)
+    assert r.exit_code == 2 and says in r.output
+
+
 def test_ask_tiered_prints_each_modules_tier_and_cost(db):
-    from llm_server import FakeOpenAI, Reply
+    from llm_server import FakeOpenAI, Reply, chat_body
 
     run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana")
-    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--lam", "0.3")
-    assert r.exit_code == 2 and "--lam, --tier-cap, --strategy and --tier-models go with --tiered" in r.output
-    from llm_server import chat_body
-
-    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--mode", "fast")
-    assert r.exit_code == 2 and "--tiered runs on the deep path: use --mode deep" in r.output
     with FakeOpenAI([Reply(body=chat_body("<answer>Figo</answer>"))] * 4) as srv:
         r = run("--db", db, "ask", "What is the cat called?", "-s", "dana", "--tiered",  # deep by default
                 "--tier-cap", "low", "--provider", "http", "--base-url", srv.base_url, "--model", "m")
@@ -223,15 +230,8 @@ def test_ask_tiered_prints_each_modules_tier_and_cost(db):
         assert f"module {module}: low by rules" in r.output
 
 
-def test_ask_tiered_takes_the_reasoning_and_capacity_strategies_and_refuses_them_alone(db):
+def test_ask_tiered_takes_the_reasoning_and_capacity_strategies(db):
     run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana")
-    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--strategy", "reasoning")
-    assert r.exit_code == 2 and "--strategy and --tier-models go with --tiered" in r.output
-    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--tier-models", "a,b,c")
-    assert r.exit_code == 2 and "--tier-models goes with --strategy capacity" in r.output
-    r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--strategy", "capacity",
-            "--tier-models", "a,b")
-    assert r.exit_code == 2 and "three models, low,mid,high" in r.output
     # reasoning: every tier, Low included, is a call of the one model (rules only as the floor)
     r = run("--db", db, "ask", "cat name?", "-s", "dana", "--tiered", "--strategy", "reasoning",
             "--tier-cap", "low", "--provider", "scripted", "--model", "Figo")
