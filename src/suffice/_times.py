@@ -67,23 +67,29 @@ def _zone(name: str | None, offset: int | None) -> _tzinfo | None:
     return tzoffset(name, int(hours * 3600)) if hours is not None else UTC
 
 
-@lru_cache(maxsize=4096)
 def parse_time(text: str) -> float | None:
-    """UTC POSIX seconds of the time ``text`` states, or None when it states no year.
+    """UTC POSIX seconds of the time ``text`` states, or None when it states no year."""
+    moment = _read(text.strip())
+    return None if moment is None else to_utc(moment).timestamp()
+
+
+@lru_cache(maxsize=4096)
+def _read(text: str) -> datetime | None:
+    """The time ``text`` states, in its own zone (naive when it names none), or None.
 
     Cached: a conversation repeats its session's timestamp on every turn."""
-    text = text.strip()
     if not text or not (_MONTH.search(text) or _DATE_SHAPE.search(text) or _YEAR.search(text)):
         return None  # a bare number is a step, a page, a session, not a year
     try:
-        first = _parser.parse(text, _INFO, fuzzy=True, default=_DEFAULTS[0], tzinfos=_zone)
+        first: datetime = _parser.parse(text, _INFO, fuzzy=True, default=_DEFAULTS[0], tzinfos=_zone)
         second = _parser.parse(text, _INFO, fuzzy=True, default=_DEFAULTS[1], tzinfos=_zone)
         if first.year != second.year:  # the year came from our default, not from the text
             return None
         if first.year < 1000 and not _DATE_SHAPE.search(text):  # "Room 101, March"
             return None
-        return to_utc(first).timestamp()
-    except (ValueError, OverflowError):  # unreadable, or beyond what a datetime holds in UTC
+        to_utc(first).timestamp()  # beyond what a datetime holds in UTC: OverflowError
+        return first
+    except (ValueError, OverflowError):  # unreadable, or out of range
         return None
 
 
@@ -127,18 +133,8 @@ def said_day(observed_at: str, ts: float | None) -> date | None:
     (already the next one). The UTC day of ``ts`` when the text has no date of its own."""
     if ts is None:
         return None
-    return _written_day(observed_at) or day_of(ts)
-
-
-@lru_cache(maxsize=4096)
-def _written_day(text: str) -> date | None:
-    if parse_time(text) is None:
-        return None
-    try:
-        moment: datetime = _parser.parse(text.strip(), _INFO, fuzzy=True, default=_DEFAULTS[0], tzinfos=_zone)
-        return moment.date()
-    except (ValueError, OverflowError):
-        return None
+    moment = _read(observed_at.strip())
+    return moment.date() if moment is not None else day_of(ts)
 
 
 def day_of(ts: float | None) -> date | None:
