@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suffice import ConflictError, Filter, InvalidItemError, InvalidQueryError, NewItem
+from suffice import ConflictError, Filter, InvalidInputError, InvalidItemError, InvalidQueryError, NewItem
 from suffice._store import ItemRow, Store
 
 
@@ -250,6 +250,22 @@ class StoreContract:
         assert store.load_config() is None
         store.save_config({"unit_tokens": 1000, "encoder": "x"})
         assert store.load_config() == {"unit_tokens": 1000, "encoder": "x"}
+
+    def test_a_transfer_mark_stays_until_cleared_or_its_scope_is_forgotten(self, store: Store):
+        assert store.unfinished_transfers() == {}
+        note = {"source": "b.jsonl", "items": 3, "started": "2026-12-04T12:00:00+00:00"}
+        for scope in ("a", "zoë/日本", "a%_b"):
+            store.note_transfer(scope, note)
+        store.append("a", [row("x", id="k")])
+        store.note_transfer("zoë/日本", {**note, "items": 9})  # a re-run marks it afresh
+        assert store.unfinished_transfers() == {"a": note, "a%_b": note, "zoë/日本": {**note, "items": 9}}
+        store.forget("a", ids=["k"])  # forgetting items leaves the scope partial: the mark stays
+        assert "a" in store.unfinished_transfers()
+        store.forget("a")
+        store.note_transfer("a%_b", None)
+        assert store.unfinished_transfers() == {"zoë/日本": {**note, "items": 9}}
+        with pytest.raises(InvalidInputError, match="normal form"):
+            store.note_transfer(" a", note)
 
     def test_forget_and_rebuild_raise_the_generation(self, store: Store):
         g0 = store.generation()

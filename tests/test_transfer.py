@@ -357,6 +357,7 @@ def test_a_failed_transfer_removes_its_own_items_and_never_another_writers(
         assert dst.scopes() == ["dana"] and dst.records("dana") == []
         undo = dst.audit()[-1]  # both of the transfer's batches, by id, not the whole scope
         assert undo.action == "forget items" and undo.counts["items"] == 20
+        assert dst.unfinished_transfers() == {}  # nothing of the transfer is left to complete
     finally:
         dst.close()
         app.close()
@@ -386,9 +387,10 @@ else:
 def test_a_killed_transfer_is_completed_by_running_it_again(
         source: SQLiteStore, source_path: Path, store_location: Callable[[str], str], how: str,
         tmp_path: Path) -> None:
-    """SIGKILL between a batch's items and its vectors leaves a scope that looks sound (20 of
-    28 items, 10 of them with vectors); the same transfer run again checks what is there and
-    completes it, and the result verifies against the source."""
+    """SIGKILL between a batch's items and its vectors leaves a scope that would look sound (20
+    of 28 items, 10 of them with vectors) but for the transfer's mark, which the store keeps
+    until the same transfer, run again, has checked what is there and completed it; the result
+    verifies against the source."""
     backup = tmp_path / "backup.jsonl"
     export_jsonl(source, backup)
     where = store_location("killed")
@@ -400,12 +402,33 @@ def test_a_killed_transfer_is_completed_by_running_it_again(
     try:
         assert dst.scopes() == ["dana"] and dst.stats().items == 20
         assert len(dst.embeddings("dana", "hash-64")[0]) == 10
+        mark = dst.unfinished_transfers()
+        assert list(mark) == ["dana"] and mark["dana"]["items"] == source.stats("dana").items
+        assert mark["dana"]["source"] == (str(backup) if how == "import" else str(source_path))
         report = _transfer(how, source)(dst, batch=10)
         assert report.ok, report.problems()
         assert report.found == report.expected and report.audit_found == 2
+        assert dst.unfinished_transfers() == {}
         assert [dst.items(s) for s in dst.scopes()] == [source.items(s) for s in source.scopes()]
     finally:
         dst.close()
+
+
+def test_check_names_a_transfer_that_never_finished_until_its_scope_is_forgotten(tmp_path: Path) -> None:
+    """A mark left by a killed transfer is a problem `suffice check` names, with the way out."""
+    path = tmp_path / "marked.db"
+    with Memory(path, store_config=CONFIG, embedder=HashEmbedder()) as mem:
+        mem.add(history_items()[:4], scope="dana")
+        mem.store.note_transfer("dana", {"source": "backup.jsonl", "items": 28,
+                                         "started": "2026-12-04T12:00:00+00:00"})
+        mem.store.note_transfer("zoë/日本", {"source": "backup.jsonl", "items": 3, "started": "x"})
+        mem.store.note_transfer("zoë/日本", None)
+        assert mem.check() == [
+            "scope 'dana': a transfer from backup.jsonl began 2026-12-04T12:00:00+00:00 and did not "
+            "finish (4 of 28 items are here): run the same import or migrate again to complete it, "
+            "or forget the scope"]
+        mem.forget(scope="dana")
+        assert mem.check() == [] and mem.store.unfinished_transfers() == {}
 
 
 def _copy_items(src: Store, dst: Store, scope: str, n: int, *, pieces: bool = True) -> None:
@@ -484,6 +507,31 @@ def test_cli_refusals_are_one_line_errors(source_path: Path, tmp_path: Path) -> 
     assert r.exit_code == 2 and "no store" in r.output
     r = runner.invoke(app, ["--db", str(source_path), "export", "--scope", "nobody"])
     assert r.exit_code == 2 and "nobody" in r.output
+
+
+def test_a_refused_import_leaves_no_new_postgresql_schema_but_keeps_one_it_found(
+        tmp_path: Path, pg_location, pg_server: str) -> None:  # type: ignore[no-untyped-def]
+    from urllib.parse import parse_qs, urlsplit
+
+    import psycopg
+
+    from suffice._cli import app
+    from suffice._store import open_store
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"t":"header","config":null,"format":"suffice-jsonl","schema_version":4,"version":1}\n')
+    new, kept = pg_location(), pg_location()
+    open_store(kept).close()  # a store that was there before the import
+
+    def schemas() -> set[str]:
+        with psycopg.connect(pg_server) as conn:
+            return {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace")}
+
+    for url in (new, kept):
+        r = runner.invoke(app, ["import", "jsonl", str(bad), "--db", url])
+        assert r.exit_code == 2 and "truncated: no end line after line 1" in r.output
+    name = {url: parse_qs(urlsplit(url).query)["schema"][0] for url in (new, kept)}
+    assert schemas() & set(name.values()) == {name[kept]}
 
 
 # -- across backends -------------------------------------------------------------------------------------

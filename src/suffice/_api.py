@@ -791,7 +791,8 @@ class Memory:
     def check(self) -> list[str]:
         """Problems found in the store and its views; an empty list when everything is sound.
 
-        The store's own checks (integrity, full-text index, pieces, vectors, records), then per
+        The store's own checks (integrity, full-text index, pieces, vectors, records), transfers
+        that were killed before they finished (a partial scope), then per
         scope: every stored record covers exactly the items of its unit under this store config,
         records the fixed rule wrote read as the rule writes them now (an older version's lines
         stay until ``rebuild --records``), and every item has a vector of this memory's encoder
@@ -799,6 +800,12 @@ class Memory:
         """
         self._need_all("check")
         problems = self._store.check()
+        for scope, note in self._store.unfinished_transfers().items():
+            held = self._store.max_seq(scope) + 1 if self._store.has_scope(scope) else 0
+            problems.append(
+                f"scope {scope!r}: a transfer from {note.get('source') or 'another store'} began "
+                f"{note.get('started', '')} and did not finish ({held} of {note.get('items', '?')} items "
+                "are here): run the same import or migrate again to complete it, or forget the scope")
         for scope in self._store.scopes():
             units = self._retriever.index(scope).views.units
             records = self._store.records(scope)

@@ -13,7 +13,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -272,8 +272,9 @@ def open_store_at(location: str | None, *, create: bool) -> Any:
 
 @contextmanager
 def store_to_fill(location: str | None) -> Iterator[Any]:
-    """The store an import or migration writes into, created if need be; a store file this
-    created is removed again when the transfer fails, so a refused file leaves nothing behind."""
+    """The store an import or migration writes into, created if need be; a store file (or
+    PostgreSQL schema) this created is removed again when the transfer fails, so a refused
+    file leaves nothing behind."""
     from ._api import default_db_path
     where = location or _state["db"] or default_db_path()
     fresh = "://" not in where and where != ":memory:" and not Path(where).exists()
@@ -281,6 +282,10 @@ def store_to_fill(location: str | None) -> Iterator[Any]:
     try:
         yield store
     except BaseException:
+        drop = getattr(store, "drop_if_created", None)
+        if drop is not None:
+            with suppress(Exception):  # the transfer's own error is the one to report
+                drop()
         store.close()
         if fresh:
             for suffix in ("", "-wal", "-shm"):

@@ -60,6 +60,12 @@ class Store(Protocol):
         """Save the store config; with ``replace=False`` only when none is saved yet."""
     def generation(self) -> int:
         """A counter raised by every forget and rebuild: caches built at another value are stale."""
+    def note_transfer(self, scope: str, note: Mapping[str, Any] | None) -> None:
+        """Mark ``scope`` as being written by an import or migration (``note``: where from, how
+        many items), or clear the mark (None). A mark left behind is a transfer that was killed."""
+    def unfinished_transfers(self) -> dict[str, dict[str, Any]]:
+        """The marks :meth:`note_transfer` left, by scope: transfers that never finished. A
+        forget of the whole scope clears its mark."""
 
     # -- writes ---------------------------------------------------------------------------------
     def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "") -> list[Item]:
@@ -118,6 +124,9 @@ class Store(Protocol):
     def check(self) -> list[str]:
         """Problems found in the store (integrity, indexes, derived tables); empty when sound."""
 
+
+TRANSFER_MARK = "transfer:"
+"""Prefix of the meta keys that mark a scope a transfer is writing (the scope name follows)."""
 
 MAX_SCOPE_CHARS = 200
 _NOT_IN_NAMES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")

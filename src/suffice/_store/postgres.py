@@ -67,7 +67,16 @@ from psycopg_pool import ConnectionPool
 
 from .._errors import ConflictError, InvalidItemError, StoreError
 from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats
-from .base import ItemRow, Layout, content_key, has_nul, validate_filter, validate_item, validate_scope
+from .base import (
+    TRANSFER_MARK,
+    ItemRow,
+    Layout,
+    content_key,
+    has_nul,
+    validate_filter,
+    validate_item,
+    validate_scope,
+)
 from .sqlite import observed_text
 
 PG_SCHEMA_VERSION = 2
@@ -317,6 +326,8 @@ class PostgresStore:
         self._tscfg = f"{self.schema}.suffice_en"
         self._prep = f"{self.schema}.suffice_prep"
         self._closed = False
+        self.created = False
+        """True when this open created the schema (see :meth:`drop_if_created`)."""
         self._builds: dict[str, tuple[threading.Thread, list[psycopg.Connection[Any]]]] = {}
         self._build_lock = threading.Lock()
         self._valid_indexes: set[str] = set()
@@ -390,6 +401,8 @@ class PostgresStore:
                 vector_schema = str(row[0]) if row is not None else "public"
             else:
                 vector_schema = str(row[0])
+            self.created = c.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                                     (self.schema,)).fetchone() is None
             c.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
             c.execute(sql.SQL("SET LOCAL search_path = {}, {}").format(ident, sql.Identifier(vector_schema)))
             version = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
@@ -458,6 +471,24 @@ class PostgresStore:
                 delay = min(delay * 2, 0.5)
         raise StoreError(f"store {self.path}: gave up after {retries} attempts")  # pragma: no cover
 
+    def drop_if_created(self) -> bool:
+        """Drop the schema this open created, if it still holds no item, and close: a first
+        import that fails leaves no empty store behind. False (store kept) otherwise."""
+        if not self.created or self._closed:
+            return False
+
+        def drop(c: psycopg.Connection[Any]) -> bool:
+            c.execute("SELECT pg_advisory_xact_lock(%s, 0)", (self._lock_ns,))
+            if c.execute("SELECT EXISTS (SELECT 1 FROM items)").fetchone() != (False,):
+                return False
+            c.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(self.schema)))
+            return True
+
+        try:
+            return self._tx(None, drop)
+        finally:
+            self.close()
+
     def close(self) -> None:
         if self._closed:
             return
@@ -500,6 +531,21 @@ class PostgresStore:
 
     def generation(self) -> int:
         return int(self._meta("generation") or 0)
+
+    def note_transfer(self, scope: str, note: Mapping[str, Any] | None) -> None:
+        key = TRANSFER_MARK + validate_scope(scope)
+        if note is None:
+            self._tx(None, lambda c: c.execute("DELETE FROM meta WHERE key = %s", (key,)))
+            return
+        value = json.dumps(dict(note), sort_keys=True)
+        self._tx(None, lambda c: c.execute(
+            "INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value)))
+
+    def unfinished_transfers(self) -> dict[str, dict[str, Any]]:
+        rows = self._read("SELECT key, value FROM meta WHERE left(key, %s) = %s ORDER BY key",
+                          (len(TRANSFER_MARK), TRANSFER_MARK))
+        return {str(k)[len(TRANSFER_MARK):]: dict(json.loads(v)) for k, v in rows}
 
     @staticmethod
     def _bump_generation(c: psycopg.Connection[Any]) -> None:
@@ -785,6 +831,7 @@ class PostgresStore:
             else:
                 rows = c.execute("SELECT rid, seq, id FROM items WHERE scope = %s", (scope,)).fetchall()
                 action = "forget scope"
+                c.execute("DELETE FROM meta WHERE key = %s", (TRANSFER_MARK + scope,))
             if not rows:
                 return ForgetReport(scope, 0, 0, 0, 0, 0, checkpointed=False), None
             rids = [int(r[0]) for r in rows]

@@ -32,7 +32,7 @@ import numpy as np
 from .._errors import ConflictError, InvalidItemError, StoreError
 from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats, canonical_json
 from . import lexical
-from .base import ItemRow, Layout, content_key, validate_filter, validate_item, validate_scope
+from .base import TRANSFER_MARK, ItemRow, Layout, content_key, validate_filter, validate_item, validate_scope
 
 SCHEMA_VERSION = 4
 """2: client ids unique per scope (1: across the store). 3: parsed time and agent columns,
@@ -355,6 +355,20 @@ class SQLiteStore:
     def generation(self) -> int:
         return int(self._meta("generation") or 0)
 
+    def note_transfer(self, scope: str, note: Mapping[str, Any] | None) -> None:
+        key = TRANSFER_MARK + validate_scope(scope)
+        with self._write() as c:
+            if note is None:
+                c.execute("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                          (key, json.dumps(dict(note), sort_keys=True)))
+
+    def unfinished_transfers(self) -> dict[str, dict[str, Any]]:
+        rows = self._read("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ? ORDER BY key",
+                          (len(TRANSFER_MARK), TRANSFER_MARK))
+        return {str(k)[len(TRANSFER_MARK):]: dict(json.loads(v)) for k, v in rows}
+
     def _bump_generation(self, c: sqlite3.Connection) -> None:
         c.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
         if self._postings is not None:  # they go at once: they hold forgotten rows' terms
@@ -532,6 +546,7 @@ class SQLiteStore:
             else:
                 rows = c.execute("SELECT seq, id FROM items WHERE scope = ?", (scope,)).fetchall()
                 action = "forget scope"
+                c.execute("DELETE FROM meta WHERE key = ?", (TRANSFER_MARK + scope,))
             if not rows:
                 return ForgetReport(scope, 0, 0, 0, 0, 0, checkpointed=False)
             seqs = sorted(int(r[0]) for r in rows)

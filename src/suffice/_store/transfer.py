@@ -29,8 +29,10 @@ whole file once to check it (every field, the order, the digests, the end line: 
 edited file is refused naming the line) before it writes anything, and it refuses to write into
 a scope the destination already holds, so it never merges two logs into one. The one exception
 is a scope holding the start of the file's own log (what an interrupted import of the same file
-leaves): a re-run checks that start and completes it, so a killed import is never left as a
-scope that looks whole but is not.
+leaves): a re-run checks that start and completes it. Until a transfer has written everything,
+each scope it writes carries a mark in the store (:meth:`Store.note_transfer`), so a killed
+one is not left as a scope that looks whole: ``suffice check`` names it until a re-run
+completes it or the scope is forgotten.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from typing import IO, Any
@@ -669,8 +672,12 @@ class _ScopeWriter:
     """
 
     def __init__(self, store: Store, scope: str, batch: int = BATCH,
-                 advance: Callable[[int], None] | None = None, held: int = 0) -> None:
+                 advance: Callable[[int], None] | None = None, held: int = 0, *,
+                 source: str = "", items: int = 0) -> None:
         self.store, self.scope, self.batch, self.advance, self.held = store, scope, batch, advance, held
+        self.note = {"source": source, "items": items,
+                     "started": datetime.now(UTC).isoformat(timespec="seconds")}
+        store.note_transfer(scope, self.note)  # cleared when the whole transfer is done
         self.written: list[str] = []
         self._items: list[_ItemDump] = []
         self._next = 0
@@ -767,6 +774,8 @@ def _prepare(dst: Store, scopes: Sequence[str], config: Mapping[str, Any] | None
             and all(summarize(dst, s) == expected(s) for s in scopes) \
             and _audit_found(dst, audit) == len(audit) \
             and (config is None or dst.load_config() == dict(config)):
+        for scope in scopes:  # a run killed after its last write left marks on a complete copy
+            dst.note_transfer(scope, None)
         raise ConflictError(
             f"{dst.path} already holds scope(s) {_names(list(scopes))} exactly as the source has them: "
             "it was transferred already; nothing written")
@@ -799,10 +808,18 @@ def _undo(dst: Store, writers: Sequence[_ScopeWriter], exc: BaseException) -> No
             exc.add_note(f"and the {len(w.written)} item(s) it added to scope {w.scope!r} could not be "
                          f"removed again ({again}): run the same transfer again to complete the scope, "
                          "or forget it")
-        else:
-            if w.held:
-                exc.add_note(f"scope {w.scope!r} still holds the first {w.held} item(s) of the source, "
-                             "from an interrupted transfer: run the same transfer again to complete it")
+            continue  # the scope keeps its mark: `suffice check` names it
+        if w.held:
+            exc.add_note(f"scope {w.scope!r} still holds the first {w.held} item(s) of the source, "
+                         "from an interrupted transfer: run the same transfer again to complete it")
+        with suppress(Exception):  # the mark stays where the store cannot be written (check names it)
+            dst.note_transfer(w.scope, w.note if w.held else None)
+
+
+def _done(dst: Store, writers: Sequence[_ScopeWriter]) -> None:
+    """Clear the marks of a transfer that wrote everything, its audit lines included."""
+    for w in writers:
+        dst.note_transfer(w.scope, None)
 
 
 def _add_audit(dst: Store, entries: Sequence[AuditEntry]) -> None:
@@ -968,12 +985,14 @@ def import_jsonl(store: Store, src: str | os.PathLike[str] | IO[bytes], *,
         try:
             for kind, value in _Reader(f, name).events():
                 if kind == "scope":
-                    writers.append(_ScopeWriter(store, value, batch, advance, scan.held.get(value, 0)))
+                    writers.append(_ScopeWriter(store, value, batch, advance, scan.held.get(value, 0),
+                                                source=name, items=summaries[value].items))
                 elif kind == "dump":
                     writers[-1].add(value)
                 elif kind == "scope_end":
                     writers[-1].close()
             _add_audit(store, scan.audit)
+            _done(store, writers)
         except BaseException as exc:
             _undo(store, writers, exc)
             raise
@@ -1010,13 +1029,15 @@ def migrate(src: Store, dst: Store, *, scopes: Sequence[str] | None = None,
     try:
         for scope in chosen:
             tally = _Tally(scope)
-            writers.append(writer := _ScopeWriter(dst, scope, batch, advance, held.get(scope, 0)))
+            writers.append(writer := _ScopeWriter(dst, scope, batch, advance, held.get(scope, 0),
+                                                  source=src.path, items=sizes[scope]))
             for dump in _read_scope(src, scope, batch):
                 tally.add(dump)
                 writer.add(dump)
             writer.close()
             expected.append(tally.summary())
         _add_audit(dst, audit)
+        _done(dst, writers)
     except BaseException as exc:
         _undo(dst, writers, exc)
         raise
