@@ -23,10 +23,24 @@ def test_the_time_of_day_and_the_zone_are_kept():
     assert parse_time("2023-07-20T20:56:00+02:00") == datetime(2023, 7, 20, 18, 56, tzinfo=UTC).timestamp()
 
 
+@pytest.mark.parametrize(("stamp", "moment"), [
+    ("noon on 8 May 2023", datetime(2023, 5, 8, 12)),  # dateutil alone: midnight
+    ("12 noon, 8 May 2023", datetime(2023, 5, 8, 12)),  # dateutil alone: the year 2012
+    ("Midday, 8 May 2023", datetime(2023, 5, 8, 12)),
+    ("midnight on 8 May 2023", datetime(2023, 5, 8)),
+    ("2023-05-08T24:00", datetime(2023, 5, 9)),  # ISO 8601's end of day (dateutil: no time)
+    ("2023-12-31 24:00:00Z", datetime(2024, 1, 1)),
+    ("Noonan's party, 8 May 2023", datetime(2023, 5, 8)),  # a word that starts with noon is a word
+])
+def test_times_of_day_in_words_and_the_end_of_day_read_as_clock_times(stamp, moment):
+    assert parse_time(stamp) == moment.replace(tzinfo=UTC).timestamp()
+
+
 @pytest.mark.parametrize("stamp", ["", "   ", "step 14", "yesterday", "session 3 of 10", "2023-13-45",
                                    "31 February, 2023", "May 8", "session 42", "step 250", "page 300",
                                    "v2.3.1 release", "Room 101, March", "maybe 42", "a novel of 99 pages",
-                                   "9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00"])
+                                   "9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00",
+                                   "2023-02-30T24:00", "9999-12-31T24:00"])
 def test_text_without_a_readable_date_and_year_gives_none(stamp):
     assert parse_time(stamp) is None
 

@@ -57,6 +57,25 @@ class _FixedInfo(_parser.parserinfo):  # type: ignore[misc]  # dateutil ships no
 
 _INFO = _FixedInfo()
 
+_NOON = re.compile(r"\b(?:12\s*)?(noon|midday|midnight)\b", re.IGNORECASE)
+"""Words for a time of day that dateutil skips as noise ("noon" read as midnight, "12 noon" as
+the year 2012): written as clock times before parsing."""
+_HOUR_24 = re.compile(r"\b(\d{4}-\d{2}-\d{2})([T ])24:00(?::00(?:\.0+)?)?")
+"""ISO 8601's end of day, 24:00, which datetime cannot hold: the next day's 00:00."""
+
+
+def _clock_words(text: str) -> str:
+    text = _NOON.sub(lambda m: "00:00" if m.group(1).lower() == "midnight" else "12:00", text)
+    return _HOUR_24.sub(_next_midnight, text)
+
+
+def _next_midnight(m: re.Match[str]) -> str:
+    try:
+        day = date.fromisoformat(m.group(1)).toordinal() + 1
+        return f"{date.fromordinal(day).isoformat()}{m.group(2)}00:00"
+    except (ValueError, OverflowError):  # not a real day, or the calendar's last one: leave it
+        return m.group(0)
+
 
 def _zone(name: str | None, offset: int | None) -> _tzinfo | None:
     if offset is not None:  # a numeric offset, as written
@@ -80,6 +99,7 @@ def _read(text: str) -> datetime | None:
     Cached: a conversation repeats its session's timestamp on every turn."""
     if not text or not (_MONTH.search(text) or _DATE_SHAPE.search(text) or _YEAR.search(text)):
         return None  # a bare number is a step, a page, a session, not a year
+    text = _clock_words(text)
     try:
         first: datetime = _parser.parse(text, _INFO, fuzzy=True, default=_DEFAULTS[0], tzinfos=_zone)
         second = _parser.parse(text, _INFO, fuzzy=True, default=_DEFAULTS[1], tzinfos=_zone)
