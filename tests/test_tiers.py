@@ -501,6 +501,91 @@ def test_a_day_without_a_date_gets_no_invented_date() -> None:
     assert _resolved("yesterday", date(2025, 4, 11)) == "10 April 2025"
 
 
+SAID = "2023-05-08"  # a Monday
+
+
+@pytest.mark.parametrize(("text", "phrase", "meaning"), [
+    ("We went to Rome in May.", "in May", "= May 2023 "),  # the day is not made up
+    ("It rained all of February.", "of February", "= February 2023 "),
+    ("We married in June 2019.", "in June 2019", "= June 2019 "),
+    ("The trip is on 3 June.", "on 3 June", "= 3 June 2023 "),  # ahead in the year, not last year's
+    ("I moved two months ago.", "two months ago", "March 2023"),
+    ("I ran a marathon day before yesterday.", "day before yesterday", "6 May 2023"),
+    ("Next Tuesday is the party.", "Next Tuesday", "9 May 2023"),
+    ("In 2019 we married.", "In 2019", "= 2019 "),
+])
+def test_low_time_facts_are_only_as_precise_as_the_words(text, phrase, meaning) -> None:  # type: ignore[no-untyped-def]
+    facts = rule_facts("temporal", "When?", [Chunk((item(0, text, day=SAID),))])
+    assert len(facts) == 1, facts  # "Next Tuesday" is not also last Tuesday
+    assert f"'{phrase}'" in facts[0] and meaning in facts[0]
+
+
+@pytest.mark.parametrize("text", ["May I ask you something?", "April said she would come."])
+def test_a_month_that_is_a_name_or_a_verb_is_no_date(text) -> None:  # type: ignore[no-untyped-def]
+    assert rule_facts("temporal", "When?", [Chunk((item(0, text, day=SAID),))]) == []
+
+
+def test_a_turn_without_a_date_or_speaker_gives_clean_fact_lines() -> None:
+    bare = Item(id="x", scope="dana", seq=0, session="s", speaker="", role="user", kind="message",
+                observed_at="", text="We are talking about Art History in May 2020.", meta={}, tokens=9)
+    lines = rule_facts("temporal", "When?", [Chunk((bare,))]) + rule_facts("topic", "Art?", [Chunk((bare,))])
+    assert lines and not any(" on :" in ln or ", )" in ln or "(, " in ln or "()" in ln for ln in lines)
+
+
+def test_low_relations_skip_sentence_openers_that_are_not_subjects() -> None:
+    turns = [Chunk((item(0, "Yesterday I adopted a puppy named Max."),)),
+             Chunk((item(1, "The weather was great and Melanie painted a sunset.", speaker="Ana"),)),
+             Chunk((item(2, "Did you see the game?"),))]
+    facts = rule_facts("entity", "What did they do?", turns)
+    assert any(f.startswith("Dana - adopted - a puppy named Max") for f in facts)
+    assert any(f.startswith("Melanie - painted - a sunset") for f in facts)
+    assert not any(f.split(" - ")[0] in ("Yesterday", "The", "Did") for f in facts), facts
+
+
+def test_a_chunk_too_long_for_the_summary_leaves_room_for_the_shorter_ones() -> None:
+    from suffice._pipeline.modules import digest
+
+    long = Chunk((item(0, "log line " * 3000),))
+    short = Chunk((item(1, "The cabin is in Banff."),))
+    text = digest("Where is the cabin?", [long, short], {}, 500, structured=True)
+    assert "Banff" in text
+    alone = digest("Where is the cabin?", [long], {}, 500, structured=True)
+    assert "log line" in alone  # nothing fits whole: the first chunk, cut
+
+
+def test_cached_outputs_are_never_shared_across_scopes_or_settings(embedder) -> None:  # type: ignore[no-untyped-def]
+    """Client ids are unique only within a scope, so two users' items can share seq and id;
+    a cached module output must still be each one's own, and a setting that changes the
+    output (how many chunks the filter keeps) must not replay the other setting's."""
+    cache = ModuleCache()
+    q = "What is my PIN?"
+
+    def run(scope: str, pin: str, keep: int = 2) -> str:
+        its = [Item(id=f"m{i}", scope=scope, seq=i, session="s", speaker="me", role="user",
+                    kind="message", observed_at=SAID, text=f"Note {i}: my PIN is {pin}{i}.", meta={},
+                    tokens=8, observed_ts=as_timestamp(SAID)) for i in range(3)]
+        res = TieredPipeline(None, None, TierSettings(keep=keep), cache).run(
+            q, [Chunk((it,)) for it in its], FixedTiers.all("low").chooser(q), qvec=None)
+        return res.text
+
+    assert "4321" in run("alice", "4321")
+    bob = run("bob", "9999")
+    assert "9999" in bob and "4321" not in bob
+    assert run("bob", "9999", keep=1).count("PIN is") == 1
+
+
+def test_a_failed_rung_is_on_the_ledger_as_itself(embedder) -> None:  # type: ignore[no-untyped-def]
+    llm = ScriptedLLM("<answer>I am not sure</answer>")
+    q = "What is the name of Dana's cat?"
+    ledger = Ledger()
+    pipeline(llm, embedder).run(q, chunks(embedder), FixedTiers.all("high").chooser(q),
+                                qvec=embedder.embed_query(q), ledger=ledger)
+    failed, answered = ledger.records[0], ledger.records[1]
+    assert failed.model == llm.model and not failed.ok and "OutputParseError" in failed.error
+    assert failed.input_tokens > 0 and answered.model == "learned" and answered.ok
+    assert answered.input_tokens == 0  # the failed call's tokens are not billed to the embedder
+
+
 def test_a_date_hanging_off_a_verbless_sentence_still_yields_a_time_fact() -> None:
     pytest.importorskip("spacy")
     # The date's head chain ends at a noun root: the walk up must stop there, not loop.

@@ -72,6 +72,11 @@ def test_the_day_before_yesterday_is_two_days_back_and_the_day_after_tomorrow_tw
     assert r.phrase == "the day before yesterday" and r.meaning.endswith("18 July 2023")
     (r,) = resolve("leaving the day after tomorrow evening", THU)
     assert r.phrase == "the day after tomorrow" and r.meaning.endswith("22 July 2023")
+    for said in ("Day before yesterday I ran.", "I ran day before yesterday.", "the night before last"):
+        (r,) = resolve(said, THU)  # without "the" it was read as yesterday
+        assert r.meaning.endswith("18 July 2023"), said
+    (r,) = resolve("day after tomorrow we fly", THU)
+    assert r.meaning.endswith("22 July 2023")
 
 
 def test_a_phrase_past_the_calendars_edge_is_left_unresolved_not_a_crash():

@@ -57,8 +57,8 @@ _COUNT = (r"a couple of|couple of|a couple|couple|a few|few|several|an?|one|two|
           r"|eight|nine|ten|eleven|twelve|\d+")
 _PATTERNS = re.compile(
     r"\b(?:"
-    r"(?P<dby>the day before yesterday)"  # before "yesterday": the longer phrase wins
-    r"|(?P<dat>the day after tomorrow)"
+    r"(?P<dby>(?:the )?day before yesterday|(?:the )?night before last)"  # before "yesterday"
+    r"|(?P<dat>(?:the )?day after tomorrow)"  # and "tomorrow": the longer phrase wins
     r"|(?P<yesterday>yesterday|last night)"
     r"|(?P<today>today|tonight|this morning|this afternoon|this evening)"
     r"|(?P<tomorrow>tomorrow)"

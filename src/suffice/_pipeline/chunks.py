@@ -7,6 +7,7 @@ with its neighbours from the same session, overlapping windows merged, best hit 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -39,8 +40,13 @@ class Chunk:
         return "\n".join(it.render() for it in self.items)
 
     def key(self) -> str:
-        """What identifies the chunk's content in a cache key."""
-        return ";".join(f"{it.seq}:{it.id}" for it in self.items)
+        """What identifies the chunk's content in a cache key: a digest of each item's scope,
+        id, place and text as shown, so two scopes' items (client ids are unique only within a
+        scope) or an item renumbered by a forget never share a cached module output."""
+        h = hashlib.sha256()
+        for it in self.items:
+            h.update("\x1f".join((it.scope, it.id, str(it.seq), it.render(), "\x1e")).encode())
+        return h.hexdigest()
 
 
 def build_chunks(ranked: Sequence[int], fetch: Callable[[Sequence[int]], dict[int, Item]],

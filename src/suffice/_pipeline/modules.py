@@ -39,9 +39,9 @@ if TYPE_CHECKING:
     from spacy.language import Language
     from spacy.tokens import Doc
 
-__all__ = ["FACT_MODULES", "MODULES", "TIERS", "Module", "Strategy", "Tier", "digest",
+__all__ = ["FACT_MODULES", "MODULES", "RULES_VERSION", "TIERS", "Module", "Strategy", "Tier", "digest",
            "fact_lines", "keyword_filter", "load_spacy", "parse_facts", "parse_picks",
-           "rule_facts", "spacy_facts", "similarity_filter", "tiers_up_to"]
+           "rule_facts", "spacy_facts", "similarity_filter", "tiers_up_to", "warm_dates"]
 
 Module = Literal["filter", "entity", "temporal", "topic", "summary"]
 Tier = Literal["low", "mid", "high"]
@@ -56,6 +56,10 @@ TIERS: tuple[Tier, ...] = ("low", "mid", "high")
 def tiers_up_to(cap: Tier) -> tuple[Tier, ...]:
     """The tiers a cap allows, cheapest first (a policy trained under a cap chooses among these)."""
     return TIERS[:TIERS.index(cap) + 1]
+
+RULES_VERSION = "r2"
+"""Bump when the output of a rule (Low) or learned (Mid) tier changes for the same input: the
+module cache keys on it, so outputs an older version wrote are not replayed."""
 
 MAX_FACTS = 12
 """Fact lines a module returns at most: the summary has a token budget to keep."""
@@ -116,18 +120,35 @@ def parse_picks(reply: str, n: int) -> list[int]:
 
 # -- facts: rules (Low) ------------------------------------------------------------------------
 
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_WEEKDAYS = "Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday"
+_NTH = r"\d{1,2}(?:st|nd|rd|th)?"
 _SENT = re.compile(r"(?<=[.!?])\s+")
 # Person-like subject (a name, I / we, my <relative>), a verb, and what follows up to a stop.
-_SVO = re.compile(
-    r"\b(?P<s>I|We|we|[Mm]y \w+|[A-Z][a-z]+(?: [A-Z][a-z]+)?)\s+"
+_SVO = re.compile(  # in a lookahead: a match that is no relation does not hide the next one
+    r"(?=\b(?P<s>I|We|we|[Mm]y \w+|[A-Z][a-z]+(?: [A-Z][a-z]+)?)\s+"
     r"(?P<v>(?:am|is|are|was|were|have|has|had|just|really|also|finally|recently)\s+)?"
     r"(?P<verb>\w+(?:ed|s)?|went|got|made|took|saw|met|bought|found|gave|began|ran|won|lost|"
-    r"wrote|read|felt|thought|told|said|left|came|kept)\s+(?P<o>[^.,!?;]{3,70})")
+    r"wrote|read|felt|thought|told|said|left|came|kept)\s+(?P<o>[^.,!?;]{3,70}))")
+_NOT_SUBJECTS = frozenset(STOPWORDS - {"i", "we", "my"}) | frozenset(
+    "yesterday today tomorrow tonight did does do what who whom whose where when why how which "
+    "this that these those there here hey hi hello oh wow yes no thanks please well so also just "
+    "anyway sometimes maybe".split()) | frozenset((_MONTHS + "|" + _WEEKDAYS).lower().split("|"))
+"""Words that begin a sentence with a capital but are not who did something ("Yesterday I
+adopted", "Did you see", "The weather was")."""
+# A month name counts as a date only with a preposition, a day or a year beside it: "May I
+# ask" and "April said" name no time.
 _ABS_DATE = re.compile(
-    r"\b(?:(?:on |in |since )?(?:\d{1,2} )?(?:January|February|March|April|May|June|July|"
-    r"August|September|October|November|December)(?: \d{1,2})?(?:,? \d{4})?|"
-    r"(?:in |since )\d{4}|(?:on |last |next |this )?(?:Monday|Tuesday|Wednesday|Thursday|"
-    r"Friday|Saturday|Sunday))\b")
+    r"\b(?:"
+    rf"(?i:on|in|since|of|by|until) (?:{_NTH} )?(?:{_MONTHS})(?: {_NTH})?(?:,? \d{{4}})?"
+    rf"|{_NTH} (?:{_MONTHS})(?:,? \d{{4}})?"
+    rf"|(?:{_MONTHS}) {_NTH}(?:,? \d{{4}})?"
+    rf"|(?:{_MONTHS}),? \d{{4}}"
+    r"|(?i:in|since) \d{4}"
+    rf"|(?:(?i:on|last|next|this) )?(?:{_WEEKDAYS})"
+    r")\b")
+_DAY_WORDS = re.compile(rf"\b(?:{_WEEKDAYS}|yesterday|today|tonight|tomorrow|night)\b", re.I)
+_MONTH_NAME = re.compile(rf"\b(?:{_MONTHS})\b", re.I)
 _TOPIC_MARK = re.compile(
     r"\b(?:about|regarding|on the topic of|talking about|into|interested in|passionate about|"
     r"working on)\s+(?P<t>(?:the |my |a |an )?[\w'-]+(?: [\w'-]+){0,3})", re.IGNORECASE)
@@ -147,26 +168,39 @@ def _subject(s: str, speaker: str) -> str:
     return s
 
 
+def warm_dates() -> None:
+    """Import dateparser and read one date (about 0.2 s, once per process), so the first
+    temporal module call is not charged for start-up every later call skips."""
+    import dateparser
+
+    dateparser.parse("8 May 2023", languages=["en"])
+
+
 def _resolved(phrase: str, day: date | None) -> str:
-    """A time phrase as a calendar date, by dateparser against the turn's date ('' if not)."""
+    """A time phrase as a calendar date, by dateparser against the turn's date ('' if not),
+    only as precise as the phrase: "in May" is May 2023, not a day dateparser makes up. A date
+    named without its year is taken in the year it was said ("on 3 June", said in May, is
+    ahead); a bare weekday, in the past."""
     if day is None:
         return ""
     import dateparser
 
-    base = datetime(day.year, day.month, day.day)
+    text = re.sub(r"^(?:on|in|since|of|by|until) ", "", phrase.strip(), flags=re.I)
+    undated_year = bool(_MONTH_NAME.search(text)) and not re.search(r"\b\d{4}\b", text)
+    settings = {"RELATIVE_BASE": datetime(day.year, day.month, day.day),
+                "PREFER_DATES_FROM": "current_period" if undated_year else "past"}
     try:
-        got = dateparser.parse(re.sub(r"^(?:on|in|since) ", "", phrase, flags=re.I),
-                               languages=["en"],
-                               settings={"RELATIVE_BASE": base, "PREFER_DATES_FROM": "past"})
+        got = dateparser.parse(text, languages=["en"], settings=settings)
     except Exception:  # dateparser raises assorted errors on odd strings: no date then
         return ""
     if got is None:
         return ""
-    if re.fullmatch(r"(?:in |since )?\d{4}", phrase.strip(), flags=re.I):
-        return str(got.year)
-    if re.search(r"\b(week|month|year)\b", phrase, flags=re.I) and not re.search(r"\d", phrase):
-        return f"{got:%B %Y}" if "month" in phrase.lower() or "week" in phrase.lower() else str(got.year)
-    return f"{got.day} {got:%B %Y}"
+    no_year = re.sub(r"\b\d{4}\b", "", text)
+    if re.search(rf"\b{_NTH}\b", no_year) or _DAY_WORDS.search(text):
+        return f"{got.day} {got:%B %Y}"
+    if _MONTH_NAME.search(text) or re.search(r"\b(?:weeks?|months?)\b", text, flags=re.I):
+        return f"{got:%B %Y}"
+    return str(got.year)
 
 
 def rule_facts(module: Module, question: str, chunks: Sequence[Chunk]) -> list[str]:
@@ -178,24 +212,33 @@ def rule_facts(module: Module, question: str, chunks: Sequence[Chunk]) -> list[s
             when = _when(day)
             for sent in _SENT.split(it.text):
                 if module == "entity":
+                    after = 0  # a subject's own later words start no relation of their own
                     for m in _SVO.finditer(sent):
+                        if m.start("s") < after or m.group("s").split()[0].lower() in _NOT_SUBJECTS:
+                            continue
+                        after = m.end("s")
                         subj = _subject(m.group("s"), it.speaker)
                         verb = (m.group("v") or "") + m.group("verb")
                         out.append(f"{subj} - {verb.strip()} - {m.group('o').strip()}"
                                    + (f" ({when})" if when else ""))
                 elif module == "temporal":
                     found = [(r.phrase, r.meaning) for r in resolve(sent, day)] if day else []
-                    found += [(m.group(0), "") for m in _ABS_DATE.finditer(sent)]
+                    taken = [p.lower() for p, _ in found]  # "Next Tuesday" is not also "Tuesday"
+                    found += [(m.group(0), "") for m in _ABS_DATE.finditer(sent)
+                              if not any(m.group(0).lower() in t or t in m.group(0).lower() for t in taken)]
                     for phrase, meaning in found:
-                        date_s = _resolved(phrase, day) or meaning
+                        date_s = meaning or _resolved(phrase, day)
                         clause = " ".join(sent.split())[:90]
-                        out.append(f"{it.speaker or 'someone'} said on {when}: '{phrase}'"
+                        said = f" on {when}" if when else ""
+                        out.append(f"{it.speaker or 'someone'} said{said}: '{phrase}'"
                                    + (f" = {date_s}" if date_s else "") + f" — {clause}")
                 else:
+                    by = ", ".join(x for x in (it.speaker, when) if x)
+                    by = f" ({by})" if by else ""
                     for m in _TOPIC_MARK.finditer(sent):
-                        out.append(f"Topic discussed: {m.group('t')} ({it.speaker}, {when})")
+                        out.append(f"Topic discussed: {m.group('t')}{by}")
                     for m in _CAPS.finditer(sent):
-                        out.append(f"Topic mentioned: {m.group(0)} ({it.speaker}, {when})")
+                        out.append(f"Topic mentioned: {m.group(0)}{by}")
     return fact_lines(question, out)
 
 
@@ -247,9 +290,11 @@ def spacy_facts(module: Module, question: str, chunks: Sequence[Chunk],
     turns = [(it, said_day(it.observed_at, it.observed_ts) or c.day) for c in chunks for it in c.items]
     docs: list[Doc] = list(nlp.pipe([it.text for it, _ in turns]))
     out: list[str] = []
-    topics: list[str] = []
+    topics: dict[str, str] = {}  # line -> the noun phrase it names (what is embedded)
     for (it, day), doc in zip(turns, docs, strict=True):
         when = _when(day)
+        by = ", ".join(x for x in (it.speaker, when) if x)
+        said = resolve(it.text, day) if module == "temporal" and day else []
         for tok in doc:
             if module == "entity" and tok.pos_ in ("VERB", "AUX") and tok.dep_ in ("ROOT", "conj", "ccomp"):
                 subj = [c for c in tok.children if c.dep_ in ("nsubj", "nsubjpass")]
@@ -274,21 +319,24 @@ def spacy_facts(module: Module, question: str, chunks: Sequence[Chunk],
                     verb = verb.head
                 subjects = [c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass")]
                 who = _span_text(subjects[0], it.speaker) if subjects else (it.speaker or "someone")
-                date_s = _resolved(ent.text, day) if ent.label_ == "DATE" else ""
+                # spaCy's entity may be part of a phrase the rules read whole ("yesterday" of
+                # "day before yesterday"): their meaning then wins
+                whole = next((r.meaning for r in said if ent.text.lower() in r.phrase.lower()), "")
+                date_s = whole or (_resolved(ent.text, day) if ent.label_ == "DATE" else "")
                 out.append(f"EVENT: {who} {verb.lemma_} @ {date_s or ent.text}"
                            + (f" ('{ent.text}', said {when})" if when else ""))
         if module == "topic":
             for nc in doc.noun_chunks:
                 if nc.root.pos_ == "PRON" or len(nc.text) < 4:
                     continue
-                topics.append(f"Topic discussed: {nc.text} ({it.speaker}, {when})")
+                topics.setdefault(f"Topic discussed: {nc.text}" + (f" ({by})" if by else ""), nc.text)
     if module == "topic" and topics:
-        topics = list(dict.fromkeys(topics))
+        lines = list(topics)
         if qvec is not None and embed is not None:
-            vecs = embed([t.split(": ", 1)[1].rsplit(" (", 1)[0] for t in topics])
+            vecs = embed(list(topics.values()))
             order = np.argsort(-(vecs @ qvec), kind="stable")
-            return [topics[i] for i in order[:MAX_FACTS]]
-        return fact_lines(question, topics)
+            return [lines[i] for i in order[:MAX_FACTS]]
+        return fact_lines(question, lines)
     return fact_lines(question, out)
 
 
@@ -343,10 +391,12 @@ def digest(question: str, chunks: Sequence[Chunk], facts: dict[str, list[str]], 
     kept: list[str] = []
     for b in blocks:
         cost = count_tokens(b) + 1
-        if cost > room:
-            break
+        if cost > room:  # a chunk too long for what is left gives way to shorter ones after it
+            continue
         kept.append(b)
         room -= cost
+    if not kept and blocks and room > 50:  # every chunk too long: the first, cut to fit
+        kept.append(truncate(blocks[0], room - 1))
     title = "Turns (oldest first):\n" if structured else ""
     body = title + "\n---\n".join(kept)
     return (head + body + ("\n\n" + facts_text if facts_text else "")).strip()

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +32,8 @@ from .chunks import Chunk
 from .modules import (
     FACT_MODULES,
     MODULES,
+    RULES_VERSION,
+    SPACY_MODEL,
     TIERS,
     Module,
     Strategy,
@@ -43,6 +46,7 @@ from .modules import (
     rule_facts,
     similarity_filter,
     spacy_facts,
+    warm_dates,
 )
 
 __all__ = ["Chooser", "ModuleCache", "ModuleReceipt", "PipelineResult", "TierSettings", "TierSource",
@@ -136,11 +140,12 @@ class ModuleCache:
     """Module outputs by (module, tier, strategy, model, input): a repeated call is replayed
     with the tokens, time and cost of the call it repeats, so cost signals stay real.
 
-    In memory, or in a SQLite file when ``path`` is given (training and benchmarks share one).
+    In memory (the latest ``size`` outputs), or in a SQLite file when ``path`` is given
+    (training and benchmarks share one; the memory then holds the latest read through).
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
-        self._mem: dict[str, dict[str, Any]] = {}
+    def __init__(self, path: str | Path | None = None, size: int = 20_000) -> None:
+        self._mem: LRUCache[str, dict[str, Any]] = LRUCache(maxsize=size)
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         if path is not None:
@@ -210,6 +215,10 @@ class TieredPipeline:
         check_models(self.settings, self.llms)
         self.embedder = embedder
         self.cache = cache or ModuleCache()
+        self._context = json.dumps({  # what changes a module's output besides its input and model
+            "keep": self.settings.keep, "material_tokens": self.settings.material_tokens,
+            "embedder": embedder.name if embedder is not None else "", "rules": RULES_VERSION,
+            "prompts": TIER_PROMPTS_VERSION, "libraries": _library_versions()}, sort_keys=True)
         self._rate = self.settings.cpu_usd_per_hour / 3.6e6  # USD per millisecond
         self._vectors: LRUCache[str, np.ndarray] = LRUCache(maxsize=4096)
         self._lock = threading.Lock()
@@ -292,8 +301,14 @@ class TieredPipeline:
             reply, record = self._chat(module, model, style, question, material, deadline)
             return parse_facts(reply), record
 
+        def warm(model: str) -> None:
+            if model == "learned":
+                load_spacy()
+            if module == "temporal" and model in ("rules", "learned"):
+                warm_dates()
+
         key_in = question + "\x1f" + "|".join(c.key() for c in chunks)
-        out, rec = self._module(module, tier, key_in, low, mid, llm, ledger, warm=load_spacy)
+        out, rec = self._module(module, tier, key_in, low, mid, llm, ledger, warm=warm)
         return [str(x) for x in out], rec
 
     def _summary(self, question: str, chunks: Sequence[Chunk], facts: dict[str, list[str]],
@@ -334,27 +349,28 @@ class TieredPipeline:
 
     def _module(self, module: Module, tier: Tier, key_in: str, low: Callable[[], Any],
                 mid: Callable[[], Any], llm: Callable[[LLM, Reasoning], tuple[Any, CallRecord]],
-                ledger: Ledger | None, warm: Callable[[], object] | None = None
+                ledger: Ledger | None, warm: Callable[[str], object] | None = None
                 ) -> tuple[Any, ModuleReceipt]:
         """Run the module at ``tier``, falling down the ladder on failure. A failed rung is
         paid for too: its tokens and time go on the receipt of the rung that answered. A failure
         that would repeat (unusable model output, bad input) is cached, so a replay costs what
         the first attempt cost; one that may not (a server down, a deadline, a missing extra or
         model) is not, so the next run tries the tier again.
-        ``warm``: start-up the learned tier needs once per process (loading spaCy), run before
-        its clock starts so the first question does not pay for every later one."""
+        ``warm``: start-up a rung needs once per process (given the rung's model: loading
+        spaCy, importing dateparser), run before its clock starts so the first question does
+        not pay for every later one."""
         s = self.settings
         ladder = self._ladder(tier)
         notes: list[str] = []
         spent = {"in": 0, "out": 0, "ms": 0.0, "usd": 0.0}
         for step, (name, model_name, run) in enumerate(ladder):
-            key = ModuleCache.key(module, name, s.strategy, model_name, TIER_PROMPTS_VERSION, key_in)
+            key = ModuleCache.key(module, name, s.strategy, model_name, self._context, key_in)
             hit = self.cache.get(key)
             cached = hit is not None
             if hit is None:
-                if warm is not None and model_name == "learned":
+                if warm is not None:
                     try:
-                        warm()
+                        warm(model_name)
                     except ConfigError:
                         pass  # the rung fails below, and its receipt says why
                 self._calls.records = []
@@ -370,6 +386,7 @@ class TieredPipeline:
                     self.cache.put(key, hit)
             for k in spent:
                 spent[k] += hit[k]
+            self._ledger(ledger, module, model_name, hit, cached)  # each rung as itself
             if "failed" in hit:
                 if step == len(ladder) - 1:
                     raise ProviderError(f"every tier of the {module} module failed; last: {hit['failed']}")
@@ -377,7 +394,6 @@ class TieredPipeline:
                 continue
             rec = ModuleReceipt(module, name, tier, model_name, int(spent["in"]), int(spent["out"]),
                                 spent["ms"], spent["usd"], cached=cached, note="; ".join(notes))
-            self._ledger(ledger, rec)
             return hit["value"], rec
         raise AssertionError("unreachable: the last rung raises")
 
@@ -453,10 +469,29 @@ class TieredPipeline:
                 self._vectors[text] = got
         return got
 
-    def _ledger(self, ledger: Ledger | None, rec: ModuleReceipt) -> None:
+    @staticmethod
+    def _ledger(ledger: Ledger | None, module: str, model: str, hit: Mapping[str, Any], cached: bool) -> None:
+        """One ledger line per rung tried: a failed rung under its own model, marked failed
+        (the module's receipt adds up all of them under the rung that answered)."""
         if ledger is not None:
-            ledger.add(CallRecord(rec.model, f"tier_{rec.module}", rec.input_tokens, rec.output_tokens,
-                                  rec.latency_ms, rec.cost_usd, cached=rec.cached))
+            ledger.add(CallRecord(model, f"tier_{module}", int(hit["in"]), int(hit["out"]), hit["ms"],
+                                  hit["usd"], ok="failed" not in hit, error=str(hit.get("failed", "")),
+                                  cached=cached))
+
+
+@lru_cache(maxsize=1)
+def _library_versions() -> str:
+    """Versions of the libraries the rule and learned tiers run on (dateparser, spaCy and its
+    English model): an upgrade may change their output, so cached outputs key on them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    got = []
+    for name in ("dateparser", "spacy", SPACY_MODEL.replace("_", "-")):
+        try:
+            got.append(f"{name}={version(name)}")
+        except PackageNotFoundError:
+            got.append(f"{name}=none")
+    return ",".join(got)
 
 
 def _mean(vecs: Sequence[np.ndarray | None], dim: int) -> np.ndarray:
