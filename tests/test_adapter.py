@@ -110,6 +110,88 @@ def test_a_bad_message_is_named_by_its_place_in_the_callers_list(mem):
     assert not mem.store.has_scope("run-1")
 
 
+def test_a_refusal_is_stored_as_text_and_the_loop_goes_on(mem):
+    """An SDK reply dumped without its nulls holds only role and refusal; it stayed in the
+    history and made every later fit fail."""
+    refusal = {"role": "assistant", "refusal": "I can't help with that."}
+    msgs = [SYSTEM, {"role": "user", "content": "q"}, refusal, {"role": "user", "content": "next"}]
+    assert mem.fit(msgs, 1000, scope="run-1").messages == msgs
+    assert "I can't help with that." in [it.text for it in mem.items(scope="run-1")]
+
+
+def test_a_history_reloaded_from_json_with_its_nulls_is_not_stored_again(mem):
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}
+    hist = [SYSTEM, {"role": "user", "content": "list files"}, call,
+            {"role": "tool", "tool_call_id": "c1", "content": "a.py b.py"}]
+    first = mem.fit(hist, 4000, scope="run-1").stored
+    as_saved = {**call, "refusal": None, "audio": None, "annotations": [], "function_call": None,
+                "tool_calls": [{**call["tool_calls"][0], "index": None}]}  # how an SDK dump reads back
+    again = mem.fit([*hist[:2], as_saved, hist[3], {"role": "assistant", "content": "Two files."}],
+                    4000, scope="run-1")
+    assert again.stored == 1 and len(mem.items(scope="run-1")) == first + 1
+
+
+def test_a_memory_message_sent_back_is_dropped_not_stored(mem):
+    fitted = mem.fit(run(40), 1000, scope="run-1")
+    n = len(mem.items(scope="run-1"))
+    more = [m for m in run(60)[82:-1]]  # twenty more steps: the list needs memory again
+    back = mem.fit([*fitted.messages, *more, {"role": "user", "content": "And now?"}], 1000, scope="run-1")
+    assert sum(m["content"].startswith("Memory of earlier steps") for m in back.messages
+               if isinstance(m.get("content"), str)) <= 1  # never one memory message per turn
+    assert not any(it.text.startswith("Memory of earlier steps") for it in mem.items(scope="run-1"))
+    assert len(mem.items(scope="run-1")) > n  # what is new is stored, the memory message is not
+
+
+def test_a_newest_message_over_the_budget_is_sent_cut_not_dropped(mem):
+    lines = "\n".join(f"log line {i} ok" for i in range(3000))
+    log = f"Find the error line:\n{lines}\nERROR at parser.py:42"
+    msgs = [*run(10)[:-1], {"role": "user", "content": log}]
+    fitted = mem.fit(msgs, 2000, scope="run-1")
+    newest = fitted.messages[-1]
+    assert newest["role"] == "user" and fitted.kept_recent == 1 and fitted.tokens <= 2000
+    assert newest["content"].startswith("Find the error line")
+    assert "ERROR at parser.py:42" in newest["content"]
+    assert "left out here to fit the budget" in newest["content"]
+    assert log in [it.text for it in mem.items(scope="run-1")]  # stored whole
+    result = [*run(10)[:-1], {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "big", "type": "function", "function": {"name": "cat", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "big", "content": log}]
+    fitted = mem.fit(result, 2000, scope="run-2")
+    assert [m["role"] for m in fitted.messages[-2:]] == ["assistant", "tool"]  # with its call
+    assert fitted.tokens <= 2000 and "ERROR at parser.py:42" in fitted.messages[-1]["content"]
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ({"role": "user", "content": [{"type": ["text"], "text": "x"}]},
+     "a content part's 'type' must be a string"),
+    ({"role": "assistant", "content": None, "tool_calls": 5}, "tool_calls must be a list"),
+    ({"role": "assistant", "content": {"text": "x"}}, "content must be a string"),
+    ({"role": "bogus", "content": ""}, "role must be one of"),
+    ({"role": "tool", "tool_call_id": 7, "content": "x"}, "tool_call_id must be a string"),
+])
+def test_malformed_messages_are_invalid_items_even_when_nothing_would_be_stored(mem, bad, message):
+    with pytest.raises(InvalidItemError, match=f"message 1: {message}"):
+        mem.fit([SYSTEM, bad, {"role": "user", "content": "hi"}], 500, scope="run-1")
+    assert not mem.store.has_scope("run-1")
+
+
+def test_tool_call_ids_and_names_count_toward_the_budget():
+    bare = {"role": "tool", "content": "ok"}
+    assert message_tokens({**bare, "tool_call_id": "call_" + "x" * 40}) > message_tokens(bare) + 5
+    assert message_tokens({**bare, "name": "a_long_function_name"}) > message_tokens(bare)
+
+
+def test_resending_the_list_does_not_cut_stored_messages_into_pieces_again(mem, monkeypatch):
+    msgs = run(20)
+    mem.fit(msgs, 800, scope="run-1")
+    prepared = []
+    real = mem._prepare
+    monkeypatch.setattr(mem, "_prepare", lambda batch, embed: prepared.extend(batch) or real(batch, embed))
+    mem.fit([*msgs, {"role": "assistant", "content": "line 34"}], 800, scope="run-1")
+    assert [it.text for it in prepared] == ["line 34"]
+
+
 def test_messages_are_stored_under_the_agent_and_the_render_reads_that_agent_only(mem):
     mem.add("The deploy key is kept in vault path ops/deploy.", user_id="ana", agent_id="other")
     fitted = mem.fit([*run(30), {"role": "user", "content": "Where is the deploy key kept?"}], 800,

@@ -20,9 +20,10 @@ from typing import Any
 
 from ._config import RenderConfig, RetrievalConfig
 from ._errors import BudgetError, InvalidItemError
-from ._messages import TEXT_PARTS, message_items
+from ._messages import TEXT_PARTS, check_message, message_items
 from ._render import Renderer
-from ._tokens import count_tokens
+from ._store.base import validate_item
+from ._tokens import count_tokens, cut_middle
 from ._types import Context, Filter, Item
 
 Add = Callable[[list[dict[str, Any]], str, str], list[Item]]
@@ -77,13 +78,12 @@ def _text_of(msg: Mapping[str, Any]) -> tuple[str, int]:
 
 
 def message_tokens(msg: Mapping[str, Any]) -> int:
-    """Estimated tokens of one chat message: its text, its other parts, its tool calls and
-    refusal, and the per-message overhead."""
+    """Estimated tokens of one chat message: its text, its other parts, its tool calls,
+    refusal, name and tool call id, and the per-message overhead."""
     text, others = _text_of(msg)
     extra = [json.dumps(msg[k], ensure_ascii=False, sort_keys=True, default=str)
              for k in ("tool_calls", "function_call") if msg.get(k)]
-    if isinstance(msg.get("refusal"), str):
-        extra.append(msg["refusal"])
+    extra += [msg[k] for k in ("refusal", "name", "tool_call_id") if isinstance(msg.get(k), str)]
     return (count_tokens(text) + sum(count_tokens(x) for x in extra) + others * PART_TOKENS
             + MESSAGE_OVERHEAD)
 
@@ -114,8 +114,26 @@ def _storable(msg: Mapping[str, Any]) -> bool:
 
 
 def _message_id(session: str, index: int, msg: Mapping[str, Any]) -> str:
-    body = json.dumps(msg, ensure_ascii=False, sort_keys=True, default=str)
+    """An id from session, position and content. Null fields and empty annotations do not
+    count: the same message reloaded from JSON (where an SDK wrote its nulls) keeps its id."""
+    body = json.dumps(_without_nulls(msg), ensure_ascii=False, sort_keys=True, default=str)
     return f"{session}:{index}:{hashlib.sha256(body.encode('utf-8')).hexdigest()[:16]}"
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items()
+                if v is not None and not (k == "annotations" and v == [])}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _is_memory(msg: Mapping[str, Any]) -> bool:
+    """A memory message an earlier ``fit`` made: sent back, it is dropped, not stored again."""
+    content = msg.get("content")
+    return (msg.get("role") in MEMORY_ROLES and isinstance(content, str)
+            and content.startswith(MEMORY_HEADER))
 
 
 def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope: str,
@@ -138,12 +156,15 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
         m = _plain(raw)
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise InvalidItemError(f"message {i}: a chat message needs a 'role'")
-        msgs.append(m)
+        if not _is_memory(m):
+            msgs.append(m)
     if not msgs:
         raise InvalidItemError("messages is empty")
     for i, m in enumerate(msgs):  # numbered as the caller's list, before anything is written
+        check_message(m, i)
         if _storable(m):
-            message_items(m, i, {})
+            for new in message_items(m, i, {}):
+                validate_item(new, i)
 
     lead = 0
     while lead < len(msgs) and msgs[lead]["role"] in LEADING_ROLES:
@@ -157,7 +178,10 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     # Written once: ids from session and position, so a re-sent list stores only its new tail.
     body = msgs[lead:]
     ids = [m.get("id") or _message_id(session, lead + i, m) for i, m in enumerate(body)]
-    with_ids = [{**m, "id": ident} for m, ident in zip(body, ids, strict=True) if _storable(m)]
+    # Stored without null fields, as the ids are made: a history reloaded from JSON (where an
+    # SDK wrote its nulls) is the same messages.
+    with_ids = [{**_without_nulls(m), "id": ident} for m, ident in zip(body, ids, strict=True)
+                if _storable(m)]
     last_seq = renderer.store.max_seq(scope)  # -1 for a new scope
     stored = add(with_ids, scope, session) if with_ids else []
     written = sum(1 for it in stored if it.seq > last_seq)  # messages stored before come back as they were
@@ -171,6 +195,11 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
 
     start, used = _recent_window(msgs, costs, lead, fixed, budget_tokens, recent_share)
     recent = msgs[start:]
+    if start == len(msgs):  # the newest message alone is over the budget: send it cut
+        newest = _newest_cut(msgs, costs, lead, budget_tokens - fixed)
+        if newest is not None:
+            start, recent = len(msgs) - len(newest), newest
+            used = sum(message_tokens(m) for m in newest)
 
     left = budget_tokens - fixed - used - MESSAGE_OVERHEAD - count_tokens(MEMORY_HEADER) - 1
     context = None
@@ -221,6 +250,36 @@ def _recent_window(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead
         used -= costs[start]
         start += 1
     return start, used
+
+
+CUT_MARKER = "[... part of this message left out here to fit the budget; all of it is in memory ...]"
+
+
+def _newest_cut(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead: int, room: int
+                ) -> list[dict[str, Any]] | None:
+    """The newest message cut to half of ``room`` (head and tail, marked), after the tool call
+    and sibling results it answers, whole: the model must still see the current turn, and
+    a tool result may not come without its call. None when that cannot be done (a newest
+    message of tool calls, whose arguments cannot be cut, or a call too long itself)."""
+    last = msgs[-1]
+    if last.get("tool_calls") or last.get("function_call"):
+        return None
+    before: list[dict[str, Any]] = []
+    if last["role"] in RESULT_ROLES:
+        call = len(msgs) - 1
+        while call > lead and msgs[call - 1]["role"] in RESULT_ROLES:
+            call -= 1
+        call -= 1
+        if call < lead or not (msgs[call].get("tool_calls") or msgs[call].get("function_call")):
+            return None
+        before = [dict(m) for m in msgs[call:-1]]
+    share = room // 2 - sum(costs[len(msgs) - 1 - len(before):-1])
+    text, _ = _text_of(last)
+    if share < 50 or not text:
+        return None
+    out = {k: v for k, v in last.items() if k != "content"}
+    out["content"] = cut_middle(text, share - message_tokens(out), CUT_MARKER)
+    return [*before, out]
 
 
 def _last_text(msgs: Sequence[Mapping[str, Any]]) -> str:

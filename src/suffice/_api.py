@@ -440,10 +440,14 @@ class Memory:
         encoder = self.embedder.name if self.embedder else ""
         for b in range(0, len(new), batch_size):
             batch, stored = new[b:b + batch_size], known[b:b + batch_size]
-            # Items already stored unchanged are not embedded again (the store returns them as
-            # they are; one forgotten meanwhile is stored anew and embedded at its first query).
-            rows = self._prepare(batch, embed=[not k for k in stored])
-            out.extend(self._store.append(ident.scope, rows, encoder=encoder))
+            # Items already stored unchanged are read back, not prepared again: an agent loop
+            # re-sends its whole list each step, and cutting every message into pieces again
+            # made each step cost more than the one before.
+            have = {i: got for i, got in enumerate(stored) if got is not None}
+            todo = [i for i in range(len(batch)) if i not in have]
+            rows = self._prepare([batch[i] for i in todo], embed=[True] * len(todo))
+            written = iter(self._store.append(ident.scope, rows, encoder=encoder) if rows else [])
+            out.extend(have[i] if i in have else next(written) for i in range(len(batch)))
             if progress is not None:
                 progress(len(batch))
         if out:

@@ -29,20 +29,36 @@ TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refu
 
 
 def is_message(obj: object) -> bool:
-    """A mapping shaped like a chat message (``role`` with ``content`` or tool calls, no ``text``)."""
+    """A mapping shaped like a chat message (``role`` with ``content``, tool calls or a
+    refusal, no ``text``): an SDK reply dumped without its nulls may hold only a refusal."""
     return (isinstance(obj, Mapping) and "role" in obj and "text" not in obj
-            and ("content" in obj or "tool_calls" in obj or "function_call" in obj))
+            and ("content" in obj or "tool_calls" in obj or "function_call" in obj or "refusal" in obj))
+
+
+def check_message(msg: Mapping[str, Any], index: int) -> None:
+    """InvalidItemError naming the message when its fields have shapes no chat API takes
+    (checked for every message, stored or not: an empty assistant turn is fine)."""
+    where = f"message {index}"
+    role = msg.get("role")
+    if role not in ROLES:
+        raise InvalidItemError(f"{where}: role must be one of {', '.join(ROLES)}, got {role!r}")
+    for key in ("name", "refusal", "tool_call_id"):
+        if msg.get(key) is not None and not isinstance(msg[key], str):
+            raise InvalidItemError(f"{where}: {key} must be a string")
+    for key in ("tool_calls",):
+        if msg.get(key) is not None and not isinstance(msg[key], list):
+            raise InvalidItemError(f"{where}: {key} must be a list")
+    if msg.get("function_call") is not None and not isinstance(msg["function_call"], Mapping):
+        raise InvalidItemError(f"{where}: function_call must be an object")
+    _content(msg.get("content"), where)
 
 
 def message_items(msg: Mapping[str, Any], index: int, base: dict[str, Any]) -> list[NewItem]:
     """The items of one chat message; ``base`` supplies session, time, meta and agent."""
-    role = msg.get("role")
+    check_message(msg, index)
+    role: str = msg["role"]
     where = f"message {index}"
-    if role not in ROLES:
-        raise InvalidItemError(f"{where}: role must be one of {', '.join(ROLES)}, got {role!r}")
-    name = msg.get("name")
-    if name is not None and not isinstance(name, str):
-        raise InvalidItemError(f"{where}: name must be a string")
+    name: str | None = msg.get("name")
     extra = {k: v for k, v in msg.items() if k not in _KNOWN}
     own_meta = msg.get("meta")
     if own_meta is not None and not isinstance(own_meta, Mapping):
@@ -117,6 +133,8 @@ def _content(content: object, where: str) -> tuple[str, list[Any]]:
     for part in content:
         if isinstance(part, str):
             texts.append(part)
+        elif isinstance(part, Mapping) and not isinstance(part.get("type"), str):
+            raise InvalidItemError(f"{where}: a content part's 'type' must be a string")
         elif (isinstance(part, Mapping) and part.get("type") in TEXT_PARTS
               and isinstance(part.get(TEXT_PARTS[part["type"]]), str)):
             texts.append(part[TEXT_PARTS[part["type"]]])

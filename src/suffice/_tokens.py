@@ -89,6 +89,19 @@ def truncate(text: str, max_tokens: int) -> str:
     return encoding().decode_bytes(ids[:max_tokens]).decode("utf-8", "ignore")
 
 
+def cut_middle(text: str, max_tokens: int, marker: str) -> str:
+    """``text`` within about ``max_tokens``: its head and its tail, ``marker`` between them
+    (the ends of a long message say the most: what is asked, and how a log or output ends)."""
+    ids = encode(text)
+    if len(ids) <= max_tokens:
+        return text
+    keep = max(max_tokens - count_tokens(marker) - 2, 0)
+    head, tail = ids[: keep - keep // 2], ids[len(ids) - keep // 2:] if keep // 2 else []
+    dec = encoding()
+    return (dec.decode_bytes(head).decode("utf-8", "ignore") + "\n" + marker + "\n"
+            + dec.decode_bytes(tail).decode("utf-8", "ignore"))
+
+
 def fill_in_order(costs: Iterable[int], budget: int, *, min_cost: int = 0) -> list[int]:
     """Indices of ``costs`` taken in order while they fit within ``budget``.
 

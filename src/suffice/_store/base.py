@@ -70,9 +70,9 @@ class Store(Protocol):
     # -- writes ---------------------------------------------------------------------------------
     def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "") -> list[Item]:
         """Write ``rows`` in one transaction; idempotent for client ids stored unchanged."""
-    def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[bool]:
-        """Per item: True when its client id is stored with the same content; raises
-        ConflictError (nothing written) when one is stored with other content."""
+    def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[Item | None]:
+        """Per item: the stored item when its client id is stored with the same content, else
+        None; raises ConflictError (nothing written) when one is stored with other content."""
     def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray) -> None: ...
     def put_record(self, scope: str, unit: int, first_seq: int, last_seq: int, text: str,
                    writer: str, links: Sequence[tuple[int, str, float]] = ()) -> bool:

@@ -701,8 +701,9 @@ class PostgresStore:
                   " AND NOT EXISTS (SELECT 1 FROM postings p WHERE p.tid = t.tid)", (scope, list(row[1])))
         return int(row[0])
 
-    def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[bool]:
-        """For each item: True if its client id is already stored with the same content.
+    def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[Item | None]:
+        """For each item: the stored item if its client id is already stored with the same
+        content, else None.
 
         Raises ConflictError (before anything is written) if one is stored with other content.
         """
@@ -712,13 +713,13 @@ class PostgresStore:
             for r in self._read(f"SELECT {_COLUMNS} FROM items WHERE scope = %s AND id = ANY(%s)",
                                 (scope, ids)):
                 stored[r[0]] = _row_to_item(r)
-        out: list[bool] = []
+        out: list[Item | None] = []
         for it in items:
             old = stored.get(it.id) if it.id is not None else None
             if old is not None and content_key(old) != content_key(it, observed_text(it.observed_at)):
                 raise ConflictError(f"item id {it.id!r} is already stored in this scope with "
                                     "different content; items are immutable")
-            out.append(old is not None)
+            out.append(old)
         return out
 
     def _rids(self, c: psycopg.Connection[Any], scope: str, seqs: Sequence[int]) -> dict[int, int]:

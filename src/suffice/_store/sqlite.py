@@ -427,8 +427,9 @@ class SQLiteStore:
                                 row.observed_ts, new.agent))
         return out
 
-    def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[bool]:
-        """For each item: True if its client id is already stored with the same content.
+    def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[Item | None]:
+        """For each item: the stored item if its client id is already stored with the same
+        content, else None.
 
         Raises ConflictError (before anything is written) if one is stored with other content,
         so a multi-batch add can refuse the whole input up front.
@@ -440,13 +441,13 @@ class SQLiteStore:
             for r in self._read(f"SELECT {_COLUMNS} FROM items WHERE scope = ? AND id IN ({marks})",
                                 (scope, *chunk)):
                 stored[r[0]] = _row_to_item(r)
-        out: list[bool] = []
+        out: list[Item | None] = []
         for it in items:
             old = stored.get(it.id) if it.id is not None else None
             if old is not None and content_key(old) != content_key(it, observed_text(it.observed_at)):
                 raise ConflictError(f"item id {it.id!r} is already stored in this scope with "
                                     "different content; items are immutable")
-            out.append(old is not None)
+            out.append(old)
         return out
 
     @staticmethod
