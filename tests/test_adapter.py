@@ -132,6 +132,16 @@ def test_a_history_reloaded_from_json_with_its_nulls_is_not_stored_again(mem):
     assert again.stored == 1 and len(mem.items(scope="run-1")) == first + 1
 
 
+def test_message_ids_stored_by_earlier_versions_stay_the_same():
+    """A run in flight across an upgrade must not store its messages a second time."""
+    from suffice._adapter import _message_id
+
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}
+    assert _message_id("run", 2, call) == "run:2:9bfce6eac69096ec"
+    assert _message_id("run", 1, {"role": "user", "content": "hi"}) == "run:1:855daefc1e260450"
+
+
 def test_a_memory_message_sent_back_is_dropped_not_stored(mem):
     fitted = mem.fit(run(40), 1000, scope="run-1")
     n = len(mem.items(scope="run-1"))

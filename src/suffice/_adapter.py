@@ -115,8 +115,11 @@ def _storable(msg: Mapping[str, Any]) -> bool:
 
 def _message_id(session: str, index: int, msg: Mapping[str, Any]) -> str:
     """An id from session, position and content. Null fields and empty annotations do not
-    count: the same message reloaded from JSON (where an SDK wrote its nulls) keeps its id."""
-    body = json.dumps(_without_nulls(msg), ensure_ascii=False, sort_keys=True, default=str)
+    count, but for ``content``, counted as null when absent: the same message reloaded from
+    JSON (where an SDK wrote its nulls) keeps its id, and so does the usual hand-written
+    ``{"role": "assistant", "content": None, "tool_calls": [...]}`` of earlier versions."""
+    body = json.dumps({"content": None, **_without_nulls(msg)}, ensure_ascii=False, sort_keys=True,
+                      default=str)
     return f"{session}:{index}:{hashlib.sha256(body.encode('utf-8')).hexdigest()[:16]}"
 
 
