@@ -93,7 +93,10 @@ def test_every_module_leaves_a_costed_receipt_and_a_ledger_record(embedder) -> N
     assert [m.module for m in res.modules] == list(MODULES)
     assert all(m.tier == "low" == m.asked and m.latency_ms > 0 for m in res.modules)
     assert all(m.cost_usd == pytest.approx(m.latency_ms / 1e3) for m in res.modules)
-    assert [c.stage for c in ledger.records] == [f"tier_{m}" for m in MODULES]
+    stages = [f"tier_{m}" for m in MODULES]
+    # the tier chooser's view of the facts is embedded between the fact modules and the summary
+    assert [c.stage for c in ledger.records] == [*stages[:-1], "tier_state", stages[-1]]
+    assert ledger.records[-2].model == embedder.name and ledger.records[-2].latency_ms > 0
     assert "Figo" in res.text and res.kept[0] == 0
 
 

@@ -254,7 +254,13 @@ class TieredPipeline:
             receipts.append(rec)
         x_sum = x_kept
         if self.embedder is not None and any(facts.values()):
+            # The tier chooser's view of the facts: embedding them is the pipeline's own work,
+            # done outside every module, so it goes on the ledger under a stage of its own.
+            t0 = time.perf_counter()
             x_sum = _mean([self._vector("\n".join(v)) for v in facts.values() if v], dim)
+            ms = (time.perf_counter() - t0) * 1e3
+            if ledger is not None:
+                ledger.add(CallRecord(self.embedder.name, "tier_state", 0, 0, ms, ms * self._rate))
         text, rec = self._summary(question, chosen, facts, pick("summary", x_sum), qvec,
                                   budget or self.settings.budget, ledger, deadline)
         receipts.append(rec)
