@@ -197,7 +197,7 @@ def test_resending_the_list_does_not_cut_stored_messages_into_pieces_again(mem, 
     mem.fit(msgs, 800, scope="run-1")
     prepared = []
     real = mem._prepare
-    monkeypatch.setattr(mem, "_prepare", lambda batch, embed: prepared.extend(batch) or real(batch, embed))
+    monkeypatch.setattr(mem, "_prepare", lambda batch: prepared.extend(batch) or real(batch))
     mem.fit([*msgs, {"role": "assistant", "content": "line 34"}], 800, scope="run-1")
     assert [it.text for it in prepared] == ["line 34"]
 

@@ -241,18 +241,26 @@ def _recent_window(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead
         start -= 1
         used += costs[start]
     if start < len(msgs) and msgs[start]["role"] in RESULT_ROLES:
-        back = start
-        while back > lead and msgs[back - 1]["role"] in RESULT_ROLES:
-            back -= 1
-        call = back - 1
-        if (call >= lead and msgs[call]["role"] == "assistant"
-                and (msgs[call].get("tool_calls") or msgs[call].get("function_call"))
-                and fixed + used + sum(costs[call:start]) <= budget):
+        call = _asking_call(msgs, start, lead)
+        if call is not None and fixed + used + sum(costs[call:start]) <= budget:
             return call, used + sum(costs[call:start])
     while start < len(msgs) and msgs[start]["role"] in RESULT_ROLES:
         used -= costs[start]
         start += 1
     return start, used
+
+
+def _asking_call(msgs: Sequence[Mapping[str, Any]], result: int, lead: int) -> int | None:
+    """Where the assistant message is whose tool calls the result at ``result`` (and the
+    results just before it) answer; None when no such message precedes them."""
+    back = result
+    while back > lead and msgs[back - 1]["role"] in RESULT_ROLES:
+        back -= 1
+    call = back - 1
+    if (call >= lead and msgs[call]["role"] == "assistant"
+            and (msgs[call].get("tool_calls") or msgs[call].get("function_call"))):
+        return call
+    return None
 
 
 CUT_MARKER = "[... part of this message left out here to fit the budget; all of it is in memory ...]"
@@ -269,11 +277,8 @@ def _newest_cut(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead: i
         return None
     before: list[dict[str, Any]] = []
     if last["role"] in RESULT_ROLES:
-        call = len(msgs) - 1
-        while call > lead and msgs[call - 1]["role"] in RESULT_ROLES:
-            call -= 1
-        call -= 1
-        if call < lead or not (msgs[call].get("tool_calls") or msgs[call].get("function_call")):
+        call = _asking_call(msgs, len(msgs) - 1, lead)
+        if call is None:
             return None
         before = [dict(m) for m in msgs[call:-1]]
     share = room // 2 - sum(costs[len(msgs) - 1 - len(before):-1])

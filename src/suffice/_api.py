@@ -445,7 +445,7 @@ class Memory:
             # made each step cost more than the one before.
             have = {i: got for i, got in enumerate(stored) if got is not None}
             todo = [i for i in range(len(batch)) if i not in have]
-            rows = self._prepare([batch[i] for i in todo], embed=[True] * len(todo))
+            rows = self._prepare([batch[i] for i in todo])
             written = iter(self._store.append(ident.scope, rows, encoder=encoder) if rows else [])
             out.extend(have[i] if i in have else next(written) for i in range(len(batch)))
             if progress is not None:
@@ -458,17 +458,16 @@ class Memory:
                 warnings.warn(f"records not written yet ({exc}); they follow on the next add", stacklevel=2)
         return out
 
-    def _prepare(self, batch: Sequence[NewItem], embed: Sequence[bool]) -> list[ItemRow]:
-        todo = [i for i, e in enumerate(embed) if e]
-        vecs = (self.embedder.embed([embedding_text(batch[i].speaker, batch[i].text) for i in todo])
-                if self.embedder is not None and todo else None)
-        vec_of = {i: vecs[n] for n, i in enumerate(todo)} if vecs is not None else {}
+    def _prepare(self, batch: Sequence[NewItem]) -> list[ItemRow]:
+        """New items as rows to store: pieces, tokens, parsed time and (with an embedder) vectors."""
+        vecs = (self.embedder.embed([embedding_text(it.speaker, it.text) for it in batch])
+                if self.embedder is not None and batch else None)
         rows = []
         for i, it in enumerate(batch):
             when = observed_text(it.observed_at)
             spans, bodies = self._pieces(it.text, it.speaker, when)
             rows.append(ItemRow(it, when, parse_time(when), count_tokens(it.text), spans, bodies,
-                                vec_of.get(i)))
+                                vecs[i] if vecs is not None else None))
         return rows
 
     def _pieces(self, text: str, speaker: str, when: str) -> tuple[list[tuple[int, int]], list[str]]:

@@ -45,9 +45,8 @@ def check_message(msg: Mapping[str, Any], index: int) -> None:
     for key in ("name", "refusal", "tool_call_id"):
         if msg.get(key) is not None and not isinstance(msg[key], str):
             raise InvalidItemError(f"{where}: {key} must be a string")
-    for key in ("tool_calls",):
-        if msg.get(key) is not None and not isinstance(msg[key], list):
-            raise InvalidItemError(f"{where}: {key} must be a list")
+    if msg.get("tool_calls") is not None and not isinstance(msg["tool_calls"], list):
+        raise InvalidItemError(f"{where}: tool_calls must be a list")
     if msg.get("function_call") is not None and not isinstance(msg["function_call"], Mapping):
         raise InvalidItemError(f"{where}: function_call must be an object")
     _content(msg.get("content"), where)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from datetime import tzinfo as _tzinfo
 from functools import lru_cache
 from typing import TypeAlias
@@ -71,8 +71,7 @@ def _clock_words(text: str) -> str:
 
 def _next_midnight(m: re.Match[str]) -> str:
     try:
-        day = date.fromisoformat(m.group(1)).toordinal() + 1
-        return f"{date.fromordinal(day).isoformat()}{m.group(2)}00:00"
+        return f"{(date.fromisoformat(m.group(1)) + timedelta(days=1)).isoformat()}{m.group(2)}00:00"
     except (ValueError, OverflowError):  # not a real day, or the calendar's last one: leave it
         return m.group(0)
 
