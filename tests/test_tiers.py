@@ -676,3 +676,21 @@ def test_the_capacity_strategy_asks_the_model_of_each_tier(memory) -> None:  # t
                                        "topic": "low", "summary": "low"}))
     models = {m.module: m.model for m in ans.receipt.modules}
     assert models["entity"] == "large" and models["temporal"] == "small"
+
+
+def test_choosers_that_ignore_vectors_cost_no_state_embedding(memory) -> None:  # type: ignore[no-untyped-def]
+    """Fixed tiers and the heuristic never read the facts' embedding, so the agent does not
+    pay an embedder call for it; a trained policy reads it, and pays."""
+    llm = ScriptedLLM("<answer>Figo</answer>")
+    q = "When did Dana adopt the cat, Figo?"
+
+    def stages(tiers):  # type: ignore[no-untyped-def]
+        r = memory.ask(q, scope="dana", llm=llm, mode="deep", agent="tiered", tiers=tiers,
+                       tier_cap="mid").receipt
+        return [c.stage for c in r.calls]
+
+    fixed, heuristic = stages(FixedTiers.all("mid")), stages(None)
+    trained = stages(random_policy(encoder=memory.embedder.name))
+    assert "tier_summary" in fixed and "tier_summary" in heuristic and "tier_summary" in trained
+    assert "tier_state" not in fixed and "tier_state" not in heuristic
+    assert "tier_state" in trained

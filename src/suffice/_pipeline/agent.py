@@ -42,5 +42,8 @@ class TieredAgent:
              budget: int | None = None, ledger: Ledger | None = None,
              deadline: float | None = None) -> PipelineResult:
         chunks = chunks_for(ranking, store, scope, self.pipeline.settings)
+        # A source that sets reads_vectors False (fixed tiers, the heuristic) is never handed
+        # the facts' embedding; one that does not say is taken to read it.
         return self.pipeline.run(question, chunks, self.source.chooser(question), qvec=ranking.qvec,
-                                 cap=self.cap, budget=budget, ledger=ledger, deadline=deadline)
+                                 cap=self.cap, budget=budget, ledger=ledger, deadline=deadline,
+                                 vectors=getattr(self.source, "reads_vectors", True))

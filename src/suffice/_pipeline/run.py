@@ -59,7 +59,12 @@ vector of what the module is about to read."""
 
 
 class TierSource(Protocol):
-    """Gives the tier chooser for one question (a trained policy, a rule, a fixed tier)."""
+    """Gives the tier chooser for one question (a trained policy, a rule, a fixed tier).
+
+    A source whose choosers ignore the vectors they are handed may say so with a class
+    attribute ``reads_vectors = False``; the tiered agent then skips embedding the facts for
+    the summary's choice. Without it the vectors are computed.
+    """
 
     name: str
 
@@ -229,9 +234,14 @@ class TieredPipeline:
 
     def run(self, question: str, chunks: Sequence[Chunk], choose: Chooser, *,
             qvec: np.ndarray | None, cap: Tier | None = None, budget: int | None = None,
-            ledger: Ledger | None = None, deadline: float | None = None) -> PipelineResult:
+            ledger: Ledger | None = None, deadline: float | None = None,
+            vectors: bool = True) -> PipelineResult:
         """The pipeline's summary of ``chunks`` for ``question`` in at most ``budget`` tokens
-        (default: the settings' budget), with a receipt per module."""
+        (default: the settings' budget), with a receipt per module.
+
+        ``vectors=False`` says ``choose`` ignores the vectors it is given (a fixed or rule
+        chooser), so the facts are not embedded for the summary's choice: that embedder call
+        would be paid for nothing."""
         dim = qvec.shape[0] if qvec is not None else 384
         q = qvec if qvec is not None else np.zeros(dim, np.float32)
         top = TIERS.index(cap) if cap is not None else 2
@@ -253,7 +263,7 @@ class TieredPipeline:
             facts[m], rec = self._facts(m, question, chosen, tiers[m], qvec, ledger, deadline)
             receipts.append(rec)
         x_sum = x_kept
-        if self.embedder is not None and any(facts.values()):
+        if vectors and self.embedder is not None and any(facts.values()):
             # The tier chooser's view of the facts: embedding them is the pipeline's own work,
             # done outside every module, so it goes on the ledger under a stage of its own.
             t0 = time.perf_counter()

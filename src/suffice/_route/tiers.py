@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -37,6 +38,8 @@ class FixedTiers:
 
     tiers: Mapping[str, Tier]
     name: str = "fixed"
+    reads_vectors: ClassVar[bool] = False
+    """Its choice ignores the question and input vectors (so the pipeline need not embed)."""
 
     def __post_init__(self) -> None:
         missing = [m for m in MODULES if m not in self.tiers]
@@ -77,6 +80,7 @@ class HeuristicTiers:
     """
 
     name = "heuristic"
+    reads_vectors = False
 
     def __init__(self, *, embedder: bool = True) -> None:
         self.embedder = embedder

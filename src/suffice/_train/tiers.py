@@ -243,7 +243,8 @@ def warm_cache(pipeline: TieredPipeline, questions: Sequence[TierQuestion], *,
         for f in allowed:
             for t in allowed:
                 tiers = {"filter": f, "entity": t, "temporal": t, "topic": t, "summary": t}
-                pipeline.run(q.question, q.chunks, FixedTiers(tiers).chooser(q.question), qvec=q.qvec)
+                pipeline.run(q.question, q.chunks, FixedTiers(tiers).chooser(q.question), qvec=q.qvec,
+                             vectors=False)
                 runs += 1
                 if progress is not None:
                     progress("warm", runs, total)
