@@ -172,6 +172,21 @@ def test_a_newest_message_over_the_budget_is_sent_cut_not_dropped(mem):
     assert fitted.tokens <= 2000 and "ERROR at parser.py:42" in fitted.messages[-1]["content"]
 
 
+def test_the_left_out_middle_of_a_cut_message_can_come_back_through_memory(mem):
+    """The newest message goes out cut, but the memory message beside it may draw on its
+    middle, so the line the user asked about is in the same call."""
+    lines = [f"log line {i} ok" for i in range(3000)]
+    lines[1500] = "log line 1500 FATAL checksum mismatch in shard_77"
+    msgs = [*run(10)[:-1], {"role": "user", "content": "Which shard had the checksum mismatch?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "big", "type": "function", "function": {"name": "cat", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "big", "content": "\n".join(lines)}]
+    fitted = mem.fit(msgs, 2000, scope="run-1")
+    assert "shard_77" not in fitted.messages[-1]["content"]  # not in the head or the tail
+    memory = next(m["content"] for m in fitted.messages if str(m.get("content")).startswith("Memory of"))
+    assert "FATAL checksum mismatch in shard_77" in memory and fitted.tokens <= 2000
+
+
 @pytest.mark.parametrize(("bad", "message"), [
     ({"role": "user", "content": [{"type": ["text"], "text": "x"}]},
      "a content part's 'type' must be a string"),

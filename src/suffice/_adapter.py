@@ -198,19 +198,22 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
 
     start, used = _recent_window(msgs, costs, lead, fixed, budget_tokens, recent_share)
     recent = msgs[start:]
+    cut_newest = False
     if start == len(msgs):  # the newest message alone is over the budget: send it cut
         newest = _newest_cut(msgs, costs, lead, budget_tokens - fixed)
         if newest is not None:
-            start, recent = len(msgs) - len(newest), newest
+            start, recent, cut_newest = len(msgs) - len(newest), newest, True
             used = sum(message_tokens(m) for m in newest)
 
     left = budget_tokens - fixed - used - MESSAGE_OVERHEAD - count_tokens(MEMORY_HEADER) - 1
     context = None
     middle: list[dict[str, Any]] = []
-    if left > 0 and start > lead:
-        # The render draws only on what is older than the window (the window is sent verbatim).
+    if left > 0 and (start > lead or cut_newest):
+        # The render draws only on what is older than the window (the window is sent verbatim),
+        # except when the newest message went out cut: then its left-out middle is memory this
+        # call may need, so the render may draw on it (and on the small call it answers).
         cut = next((first_seq[ident] for ident in ids[start - lead:] if ident in first_seq), None)
-        if cut is not None:
+        if cut is not None and not cut_newest:
             flt = dataclasses.replace(flt or Filter(), before_seq=cut)
         q = query if query is not None else _last_text(msgs)
         context = renderer.render(scope, q, left, config=render or RenderConfig.for_agent(),
