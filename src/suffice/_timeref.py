@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from ._times import WEEKDAYS
+
 __all__ = ["Resolution", "annotate", "asks_time", "resolve"]
 
 _ASKS_TIME = re.compile(r"^\W*when\b|\bwhen (?:did|does|do|was|were|is|will|has|had)\b|"
@@ -25,7 +27,6 @@ def asks_time(question: str) -> bool:
     are worth more of the context than its last lines of evidence."""
     return bool(_ASKS_TIME.search(question))
 
-_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
            "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
            "a couple of": 2, "couple of": 2, "a couple": 2, "couple": 2,
@@ -62,8 +63,8 @@ _PATTERNS = re.compile(
     r"|(?P<yesterday>yesterday|last night)"
     r"|(?P<today>today|tonight|this morning|this afternoon|this evening)"
     r"|(?P<tomorrow>tomorrow)"
-    r"|(?P<lastwd>last (?P<wd1>" + "|".join(_WEEKDAYS) + r"))"
-    r"|(?P<nextwd>next (?P<wd2>" + "|".join(_WEEKDAYS) + r"))"
+    r"|(?P<lastwd>last (?P<wd1>" + "|".join(WEEKDAYS) + r"))"
+    r"|(?P<nextwd>next (?P<wd2>" + "|".join(WEEKDAYS) + r"))"
     r"|(?P<last>(?:last|past|previous) (?P<u1>week|weekend|month|year))"
     r"|(?P<next>next (?P<u2>week|weekend|month|year))"
     r"|(?P<this>this (?P<u3>week|month|year))"
@@ -101,11 +102,11 @@ def _meaning(m: re.Match[str], when: date) -> str:
     if m["tomorrow"]:
         return f"the day after {on}, {_day(when + timedelta(days=1))}"
     if m["lastwd"]:
-        wd = _WEEKDAYS.index(m["wd1"].lower())
+        wd = WEEKDAYS.index(m["wd1"].lower())
         back = (when.weekday() - wd) % 7 or 7
         return f"the {_wd_name(wd)} before {on}, {_day(when - timedelta(days=back))}"
     if m["nextwd"]:
-        wd = _WEEKDAYS.index(m["wd2"].lower())
+        wd = WEEKDAYS.index(m["wd2"].lower())
         ahead = (wd - when.weekday()) % 7 or 7
         return f"the {_wd_name(wd)} after {on}, {_day(when + timedelta(days=ahead))}"
     if m["last"]:
@@ -130,7 +131,7 @@ def _meaning(m: re.Match[str], when: date) -> str:
 
 
 def _wd_name(i: int) -> str:
-    return _WEEKDAYS[i].capitalize()
+    return WEEKDAYS[i].capitalize()
 
 
 def _relative(unit: str, n: int, side: str, when: date) -> str:

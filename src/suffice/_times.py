@@ -24,6 +24,13 @@ from dateutil.tz import tzoffset
 
 from ._errors import InvalidQueryError
 
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+          "october", "november", "december")
+"""English month names, lower case, January first; the rule readers of dates share them."""
+
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+"""English weekday names, lower case, Monday first (as ``date.weekday()`` counts)."""
+
 SECONDS = re.compile(r"-?\d{9,}(\.\d+)?")
 """Text that is POSIX seconds, not a date: nine digits or more (1973 onwards), on every surface."""
 

@@ -31,7 +31,7 @@ from .._errors import ConfigError, OutputParseError
 from .._llm.parse import extract_answer, strip_fences
 from .._text import STOPWORDS, words
 from .._timeref import resolve
-from .._times import said_day
+from .._times import MONTHS, WEEKDAYS, said_day
 from .._tokens import count_tokens, truncate
 from .chunks import Chunk
 
@@ -120,8 +120,8 @@ def parse_picks(reply: str, n: int) -> list[int]:
 
 # -- facts: rules (Low) ------------------------------------------------------------------------
 
-_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
-_WEEKDAYS = "Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday"
+_MONTHS = "|".join(m.capitalize() for m in MONTHS)
+_WEEKDAYS = "|".join(d.capitalize() for d in WEEKDAYS)
 _NTH = r"\d{1,2}(?:st|nd|rd|th)?"
 _SENT = re.compile(r"(?<=[.!?])\s+")
 # Person-like subject (a name, I / we, my <relative>), a verb, and what follows up to a stop.
@@ -133,7 +133,7 @@ _SVO = re.compile(  # in a lookahead: a match that is no relation does not hide 
 _NOT_SUBJECTS = frozenset(STOPWORDS - {"i", "we", "my"}) | frozenset(
     "yesterday today tomorrow tonight did does do what who whom whose where when why how which "
     "this that these those there here hey hi hello oh wow yes no thanks please well so also just "
-    "anyway sometimes maybe".split()) | frozenset((_MONTHS + "|" + _WEEKDAYS).lower().split("|"))
+    "anyway sometimes maybe".split()) | frozenset(MONTHS) | frozenset(WEEKDAYS)
 """Words that begin a sentence with a capital but are not who did something ("Yesterday I
 adopted", "Did you see", "The weather was")."""
 # A month name counts as a date only with a preposition, a day or a year beside it: "May I

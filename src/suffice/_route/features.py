@@ -29,7 +29,7 @@ import numpy as np
 
 from .._retrieve import Ranking
 from .._text import query_terms, words
-from .._times import day_of
+from .._times import MONTHS, WEEKDAYS, day_of
 from .._types import ContextPart, Item
 
 FEATURES_VERSION = 1
@@ -113,15 +113,13 @@ OUTSIDE = 30
 """The fused ranking's first this many items are checked for what the context left out."""
 
 _NUMBER = re.compile(r"\b\d+(?:[.,]\d+)?\b")
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
-           "october", "november", "december")
-_MONTH_ABBR = {m[:3]: i + 1 for i, m in enumerate(_MONTHS)} | {m: i + 1 for i, m in enumerate(_MONTHS)}
+_MONTH_ABBR = {m[:3]: i + 1 for i, m in enumerate(MONTHS)} | {m: i + 1 for i, m in enumerate(MONTHS)}
 _PERIOD = re.compile(r"\b(?:(" + "|".join(_MONTH_ABBR) + r")\.?\s+(?:\d{1,2}(?:st|nd|rd|th)?,?\s+)?)?"
                      r"((?:19|20)\d{2})\b", re.I)
 _TIME_WORDS = frozenset(
     "yesterday today tomorrow tonight week weekend month year ago last next recently lately "
-    "monday tuesday wednesday thursday friday saturday sunday morning evening night".split()
-) | frozenset(_MONTHS)
+    "morning evening night".split()
+) | frozenset(MONTHS) | frozenset(WEEKDAYS)
 _MID_CAPITAL = re.compile(r"(?<=[a-z,;] )[A-Z][a-z]+")
 _PLURAL_CUE = re.compile(r"\b(?:what|which)\s+(?:\w+\s+)?\w+s\b|\ball\b|\bboth\b|\bthings\b|"
                          r"\bways\b|\btypes?\s+of\b|\bkinds?\s+of\b", re.I)
