@@ -4,6 +4,7 @@ with stable codes, body limits, deadlines, and concurrent writers that lose noth
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -190,3 +191,23 @@ def test_the_openapi_schema_lists_every_route(dev):
     paths = httpx.get(f"{dev}/openapi.json").json()["paths"]
     assert {"/v1/items", "/v1/items/{item_id}", "/v1/messages", "/v1/search", "/v1/render",
             "/v1/ask", "/v1/forget", "/v1/stats", "/v1/scopes", "/v1/health"} <= set(paths)
+
+
+def test_a_write_past_the_deadline_says_it_goes_on_and_a_resend_stores_nothing_twice(tmp_path):
+    class SlowEmbedder(HashEmbedder):
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            time.sleep(1.0)
+            return super().embed(texts)
+
+    with Memory(tmp_path / "s.db", embedder=SlowEmbedder()) as m:
+        with serving(create_app(m, settings=ServerSettings(deadline_s=0.2))) as url:
+            body = {"user_id": "ana", "items": [{"text": "Ana moved to Lisbon.", "id": "move"}]}
+            r = httpx.post(f"{url}/v1/items", json=body, timeout=20)
+            assert r.status_code == 504
+            assert "not stopped" in r.json()["error"]["notes"][0]
+            deadline = time.monotonic() + 10
+            while not m.items(user_id="ana") and time.monotonic() < deadline:
+                time.sleep(0.1)  # the write finishes on its worker thread
+            assert [it.id for it in m.items(user_id="ana")] == ["move"]
+            again = httpx.post(f"{url}/v1/items", json=body, timeout=20)  # stored: no embedding now
+            assert again.status_code == 201 and len(m.items(user_id="ana")) == 1

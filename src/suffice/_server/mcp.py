@@ -369,7 +369,7 @@ def _result(payload: dict[str, Any]) -> CallToolResult:
 
 
 def _error(tool: str, exc: SufficeError) -> CallToolResult:
-    message = f"{type(exc).__name__}: {exc}"
+    message = "\n".join([f"{type(exc).__name__}: {exc}", *map(str, getattr(exc, "__notes__", ()))])
     log.info("tool %s refused: %r", tool, message)
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 

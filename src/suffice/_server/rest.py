@@ -258,11 +258,17 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
 
     app.state.suffice = _State(amem, keys)
 
-    async def within(call: Awaitable[T], seconds: float) -> T:
+    async def within(call: Awaitable[T], seconds: float, *, write: bool = False) -> T:
         try:
             return await asyncio.wait_for(call, timeout=seconds)
         except TimeoutError:
-            raise DeadlineError(f"the call took longer than the server's {seconds:g} s deadline") from None
+            err = DeadlineError(f"the call took longer than the server's {seconds:g} s deadline")
+            if write:  # the worker thread cannot be stopped: say what became of the write
+                err.add_note("the write was not stopped: it still completes or fails as a "
+                             "whole. Send the same request again to learn which; a fit, a "
+                             "forget and items with ids change nothing twice, but items sent "
+                             "without ids would be stored again")
+            raise err from None
 
     def limit_count(value: int | None, name: str) -> None:
         if value is not None and value > conf.max_k:
@@ -281,7 +287,7 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
         items = [it if isinstance(it, str) else it.model_dump() for it in body.items]
         stored = await within(mem.add(items, **body.ident(), session=body.session, speaker=body.speaker,
                                       role=body.role, kind=body.kind, observed_at=body.observed_at,
-                                      meta=body.meta), conf.deadline_s)
+                                      meta=body.meta), conf.deadline_s, write=True)
         return {"items": to_json(stored)}
 
     @app.post("/v1/messages", status_code=201, tags=["write"])
@@ -291,7 +297,8 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
             raise InvalidQueryError(f"{len(body.messages)} messages in one add; this server takes "
                                     f"{conf.max_items}")
         stored = await within(mem.add(list(body.messages), **body.ident(), session=body.session,
-                                      observed_at=body.observed_at, meta=body.meta), conf.deadline_s)
+                                      observed_at=body.observed_at, meta=body.meta), conf.deadline_s,
+                               write=True)
         return {"items": to_json(stored)}
 
     @app.get("/v1/items/{item_id}", tags=["read"])
@@ -323,7 +330,7 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
     @app.delete("/v1/items/{item_id}", tags=["write"])
     async def delete_item(item_id: str, mem: Caller, where: At) -> dict[str, Any]:
         """Forget one item and everything derived from it."""
-        report = await within(mem.forget(ids=[item_id], **where.ident()), conf.deadline_s)
+        report = await within(mem.forget(ids=[item_id], **where.ident()), conf.deadline_s, write=True)
         return {"forgotten": to_json(report)}
 
     @app.post("/v1/search", tags=["read"])
@@ -374,14 +381,14 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
                                     f"{conf.max_items * 10}")
         fitted = await within(mem.fit(body.messages, body.budget_tokens, **body.ident(),
                                       session=body.session, recent_share=body.recent_share,
-                                      query=body.query), conf.deadline_s)
+                                      query=body.query), conf.deadline_s, write=True)
         return {"fitted": to_json(fitted)}
 
     @app.post("/v1/forget", tags=["write"])
     async def forget(body: ForgetIn, mem: Caller) -> dict[str, Any]:
         """Delete items, a session or a whole scope, and every trace derived from them."""
         report = await within(mem.forget(ids=body.ids, session=body.session, **body.ident()),
-                              conf.deadline_s)
+                              conf.deadline_s, write=True)
         return {"forgotten": to_json(report)}
 
     @app.get("/v1/stats", tags=["meta"])

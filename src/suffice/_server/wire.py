@@ -109,4 +109,8 @@ def error_status(exc: SufficeError) -> tuple[int, str]:
 
 def error_json(exc: SufficeError) -> dict[str, Any]:
     status, code = error_status(exc)
-    return {"error": {"code": code, "type": type(exc).__name__, "message": str(exc)}}
+    body: dict[str, Any] = {"code": code, "type": type(exc).__name__, "message": str(exc)}
+    notes = getattr(exc, "__notes__", None)
+    if notes:  # what the error left behind, or what to do next
+        body["notes"] = [str(n) for n in notes]
+    return {"error": body}
