@@ -561,3 +561,34 @@ def test_the_deep_path_dates_yesterday_from_the_day_the_speaker_wrote(memory):
     memory.ask("When did Ana meet Rui?", scope="ana", llm=llm, mode="deep")
     prompt = str(llm.calls[-1])
     assert "19 July 2023" in prompt and "20 July 2023" in prompt and "21 July" not in prompt
+
+
+def test_the_aggregator_answer_is_its_last_tag_not_the_echoed_example(memory):
+    assert split_aggregate("CONFLICTS: none\n<answer>short answer</answer>\n<answer>Figo</answer>") == (
+        "Figo", "")
+
+
+def test_an_empty_answer_is_a_failed_call_not_an_answer(memory):
+    ans = memory.ask(llm=ScriptedLLM("<answer> </answer>"), question="What is the name of Dana's cat?",
+                     scope="dana", mode="fast")
+    r = ans.receipt
+    assert r.degraded and ans.text and any("empty answer" in n for n in r.notes)
+
+
+def test_a_reply_cut_at_its_token_cap_is_kept_and_the_receipt_says_so(memory):
+    long = "<answer>" + "Dana adopted a grey cat from the shelter, and " * 20
+    ans = memory.ask(llm=ScriptedLLM(long), question="Tell me about Dana's cat.", scope="dana", mode="fast")
+    assert ans.text.startswith("Dana adopted") and not ans.receipt.degraded
+    assert any("token cap and may be cut off" in n for n in ans.receipt.notes)
+
+
+def test_block_agents_that_failed_mark_the_deep_answer_degraded(memory):
+    def respond(messages):
+        if "reading one excerpt" in messages[0]["content"]:
+            raise ProviderError("HTTP 500", endpoint="x", status=500)
+        return "<answer>Figo</answer>"
+
+    ans = memory.ask(llm=ScriptedLLM(respond), question="cat name?", scope="dana", mode="deep",
+                     engine=EngineConfig(deep_agents=True))  # the wider evidence still answers
+    r = ans.receipt
+    assert r.path == "deep" and ans.text == "Figo" and r.degraded

@@ -24,6 +24,11 @@ Q: list[Message] = [{"role": "user", "content": "q"}]
         ("```text\nParis\n```", "Paris"),
         ("The answer: ```Paris```", "Paris"),
         ("<answer>```\nParis\n```</answer>", "Paris"),
+        # a fence inside prose is part of the answer, not all of it
+        ("Run:\n```bash\npytest -x\n```\nthen fix the 3 errors it shows.",
+         "Run:\n```bash\npytest -x\n```\nthen fix the 3 errors it shows."),
+        ("<answer>Plan: ```1. feed Figo``` Also book the vet.</answer>",
+         "Plan: ```1. feed Figo``` Also book the vet."),
     ],
 )
 def test_extract_answer(raw: str, answer: str) -> None:

@@ -5,6 +5,7 @@ exports to int8 ONNX that scores like the network it came from."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -126,3 +127,15 @@ def test_the_bench_refuses_a_reranker_or_folds_it_could_not_judge_fairly() -> No
     assert beam.exit_code != 0 and "--folds is implemented for locomo" in beam.output
     unknown = runner.invoke(app, ["bench", "retrieval", "--dataset", "nope"])
     assert unknown.exit_code != 0 and "unknown dataset 'nope'" in unknown.output
+
+
+def test_rerank_time_is_counted_once_in_memory_time(tmp_path: Path) -> None:
+    class Slow(WordCount):
+        def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+            time.sleep(0.3)
+            return super().score(query, texts)
+
+    mem = memory(tmp_path / "m.db", Slow(), llm=ScriptedLLM(["Figo"]))
+    r = mem.ask("What is the cat called?", scope="s", mode="fast").receipt
+    assert r.stages_ms["rerank"] >= 300
+    assert r.t_mem_ms + r.stages_ms["answer"] <= r.t_e2e_ms  # stages are disjoint

@@ -219,8 +219,9 @@ class Engine:
         # The evidence says what is being read: an agent's run or a conversation.
         style = style or style_for_evidence(question, [h.item.kind for h in evidence.hits])
         stages["prefix"] = _ms(t0)
-        if "rerank_ms" in ranking.timings_ms:  # part of the prefix, shown apart for its cost
+        if "rerank_ms" in ranking.timings_ms:  # run inside the prefix, shown apart for its cost
             stages["rerank"] = ranking.timings_ms["rerank_ms"]
+            stages["prefix"] -= stages["rerank"]  # stages are disjoint: each is counted once
         if ranking.notice:
             notes.append(ranking.notice)
 
@@ -266,6 +267,8 @@ class Engine:
                 degraded = True
             else:
                 text, parts, context_tokens = result
+                # An agent that failed left its block unread: the answer stands on less.
+                degraded = degraded or any(not b.ok for b in blocks)
                 return self._finish(question, scope, mode, "deep", text, evidence, parts,
                                     context_tokens, ledger, stages, t0, decision, tau,
                                     blocks, degraded, notes, clock, levers, modules)
@@ -277,7 +280,7 @@ class Engine:
         context, parts = fast
         t = time.perf_counter()
         text, ok = self._answer(answer_messages(question, context, style), ledger, "answer",
-                                config.answer_cap(style), clock)
+                                config.answer_cap(style), clock, notes)
         stages["answer"] = _ms(t)
         if not ok:
             degraded = True
@@ -347,16 +350,26 @@ class Engine:
         return d
 
     def _answer(self, messages: list[Message], ledger: Ledger, stage: str, max_tokens: int,
-                clock: _Clock, raw: bool = False, llm: LLM | None = None) -> tuple[str, bool]:
+                clock: _Clock, notes: list[str], raw: bool = False,
+                llm: LLM | None = None) -> tuple[str, bool]:
+        """(answer, True), or (why not, False) when the call failed or gave no answer; a reply
+        cut off by ``max_tokens`` is kept, and a note says so."""
+        cap = max_tokens * (3 if raw else 1)
+        model = llm or self.llm
         try:
-            out = (llm or self.llm).chat(messages, max_tokens=max_tokens * (3 if raw else 1),
-                                stage=stage, ledger=ledger, deadline=clock.deadline)
+            out = model.chat(messages, max_tokens=cap, stage=stage, ledger=ledger, deadline=clock.deadline)
         except DeadlineError as exc:
             clock.ran_out(stage)
             return str(exc), False
         except ProviderError as exc:
             return str(exc), False
-        return (out.text if raw else extract_answer(out.text).strip()), True
+        if out.finish_reason == "length":
+            notes.append(f"the {stage} reply of {model.model} reached its {cap}-token cap and may "
+                         "be cut off")
+        text = out.text if raw else extract_answer(out.text).strip()
+        if not text.strip():
+            return f"{model.model} gave an empty answer", False
+        return text, True
 
     def _deep(self, question: str, scope: str, evidence: Evidence, ranking: Ranking, ranked: Evidence,
               budget: int, deep_budget: int, style: Style, ledger: Ledger, stages: dict[str, float],
@@ -439,12 +452,14 @@ class Engine:
         if s.aggregator == "llm" and body:
             t = time.perf_counter()
             text, ok = self._answer(aggregate_messages(question, body), ledger, "aggregate",
-                                    s.answer_max_tokens, clock, raw=True, llm=reader)
+                                    s.answer_max_tokens, clock, notes, raw=True, llm=reader)
             stages["aggregate"] = _ms(t)
             if ok:
                 text, conflicts = split_aggregate(text)
                 if conflicts:
                     notes.append(f"conflicts flagged: {conflicts}")
+                if not text:
+                    text, ok = f"{reader.model} gave no answer after its conflicts", False
         else:
             # The reader merges: notes first (oldest first, later ones win), then as much
             # retrieved evidence as still fits the deep budget.
@@ -477,7 +492,7 @@ class Engine:
                     f"fast budget {budget})", stages["evidence"]))
             t = time.perf_counter()
             text, ok = self._answer(answer_messages(question, body, style), ledger, "aggregate",
-                                    s.answer_cap(style), clock, llm=reader)
+                                    s.answer_cap(style), clock, notes, llm=reader)
             stages["aggregate"] = _ms(t)
         if dated:
             notes.append(f"relative dates stated in {dated} turn(s)")
@@ -525,7 +540,7 @@ class Engine:
         parts = (ContextPart("notice", None, seqs, count_tokens(result.text), "tiered summary"),)
         t = time.perf_counter()
         text, ok = self._answer(answer_messages(question, result.text, style), ledger, "aggregate",
-                                s.answer_cap(style), clock, llm=reader)
+                                s.answer_cap(style), clock, notes, llm=reader)
         stages["aggregate"] = _ms(t)
         if reader is not self.llm:
             calls = [c for c in ledger.records if c.stage == "aggregate"]
@@ -691,9 +706,9 @@ def split_aggregate(text: str) -> tuple[str, str]:
             in_list = False
         lines.append(line)
     body = "\n".join(lines).strip()
-    m = _ANSWER_TAG.search(body)
-    if m:
-        return m.group(1).strip(), "; ".join(conflicts)
+    tagged = _ANSWER_TAG.findall(body)
+    if tagged:  # the last: a model may echo the format's example tag before its answer
+        return tagged[-1].strip(), "; ".join(conflicts)
     remaining = [ln.strip() for ln in body.splitlines() if ln.strip()]
     return (extract_answer(remaining[-1]) if remaining else ""), "; ".join(conflicts)
 

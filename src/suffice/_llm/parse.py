@@ -32,19 +32,32 @@ def strip_fences(text: str) -> str:
     return m.group(1).strip()
 
 
+def _unfenced(text: str) -> str:
+    """``text`` without its fence when the fence is all there is (after at most a short lead-in
+    such as "The answer:"); a fence inside prose is part of the answer and stays."""
+    m = _FENCE.search(text)
+    if m is None:
+        return text.strip()
+    before, after = text[:m.start()].strip(), text[m.end():].strip()
+    if not after and (not before or (before.endswith(":") and len(before) <= 80)):
+        return m.group(1).strip()
+    return text.strip()
+
+
 def extract_answer(text: str) -> str:
-    """The answer in a reply: the last ``<answer>`` span, else the de-fenced plain text.
+    """The answer in a reply: the last ``<answer>`` span, else the plain text (de-fenced when
+    it is a fenced block alone; a block inside prose, say a command in a plan, stays whole).
 
     The *last* span is taken because models sometimes echo the format example before answering.
     An unclosed ``<answer>`` takes the rest of the reply.
     """
     spans = _ANSWER_SPAN.findall(text)
     if spans:
-        return strip_fences(spans[-1]).strip()
+        return _unfenced(spans[-1])
     opens = list(_ANSWER_OPEN.finditer(text))
     if opens:
-        return strip_fences(text[opens[-1].end():]).strip()
-    return strip_fences(text).strip()
+        return _unfenced(text[opens[-1].end():])
+    return _unfenced(text)
 
 
 def _balanced_object(text: str, start: int) -> str | None:

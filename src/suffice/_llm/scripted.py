@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from .._errors import DeadlineError, ProviderError
+from .._tokens import truncate
 from .base import (
     CallRecord,
     Completion,
@@ -149,9 +150,12 @@ class ScriptedLLM:
             cuts = [text.find(s) for s in stop if s and s in text]
             if cuts:
                 text = text[: min(cuts)]
+        finish = "stop"
+        if _count(text) > max_tokens:  # as a real model does: cut at the cap, and say so
+            text, finish = truncate(text, max_tokens), "length"
         elapsed = time.perf_counter() - t0  # the "model" time, before our own token counting
         rec = self._record(ledger, stage, count_message_tokens(messages), _count(text), elapsed)
-        return Completion(text=text, record=rec, finish_reason="stop")
+        return Completion(text=text, record=rec, finish_reason=finish)
 
     def choice_probs(
         self,
