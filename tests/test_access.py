@@ -13,6 +13,7 @@ from suffice import (
     AccessDeniedError,
     AsyncMemory,
     AuthenticationError,
+    ConfigError,
     Grant,
     HashEmbedder,
     InvalidInputError,
@@ -176,3 +177,45 @@ def test_views_share_the_memorys_one_model(tmp_path):
         mem.restrict(["user:ana"]).ask("Where?", user_id="ana")
         mem.restrict(["user:bob"]).ask("Where?", user_id="bob")
         assert len(loads) == 1 and mem.restrict(["*"]).default_llm() is mem.default_llm()
+
+
+def _add_keys(path: str, n: int, ready: str, go: str) -> None:
+    import os
+    import time
+    open(ready, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    for i in range(n):
+        KeyRing(path).create([f"user:p{i}"], f"k{i}")
+
+
+def test_processes_adding_and_revoking_keys_at_once_lose_nothing(tmp_path):
+    """Each change reads and writes the file under one lock: a key another process printed
+    is stored, and a revoked key stays revoked."""
+    import multiprocessing as mp
+    import time
+    path = str(tmp_path / "keys.json")
+    token, victim = KeyRing(path).create(["user:victim"], "victim")
+    ctx = mp.get_context("spawn")
+    ready = [tmp_path / f"ready-{i}" for i in range(4)]
+    procs = [ctx.Process(target=_add_keys, args=(path, 10, str(r), str(tmp_path / "go"))) for r in ready]
+    for p in procs:
+        p.start()
+    while not all(r.exists() for r in ready):
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
+    while len(KeyRing(path).keys()) < 4 and any(p.is_alive() for p in procs):
+        time.sleep(0.001)
+    assert KeyRing(path).revoke(victim.key_id)  # while the others are still adding
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    assert len(KeyRing(path).keys()) == 40
+    with pytest.raises(AuthenticationError):
+        KeyRing(path).authenticate(token)
+
+
+def test_a_key_file_that_cannot_be_written_is_a_config_error(tmp_path):
+    (tmp_path / "file").write_text("")  # a file where the key file's folder should be
+    with pytest.raises(ConfigError, match="key file"):
+        KeyRing(tmp_path / "file" / "keys.json").create(["user:a"])

@@ -18,10 +18,14 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
+from filelock import Timeout as LockTimeout
 
 from ._errors import AccessDeniedError, AuthenticationError, ConfigError, InvalidInputError
 from ._files import write_atomic
@@ -124,6 +128,8 @@ class KeyRing:
             st = self.path.stat()
         except FileNotFoundError:
             return ()
+        except OSError as exc:
+            raise ConfigError(f"key file {self.path} is unreadable ({exc.strerror or exc})") from None
         # Each write replaces the file, so its inode changes even within one clock tick.
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         with self._lock:
@@ -149,7 +155,26 @@ class KeyRing:
         data: dict[str, Any] = {"format": KEYS_FORMAT, "keys": [
             {"id": k.key_id, "name": k.name, "scopes": list(k.grant.patterns), "sha256": k.sha256,
              "created_at": k.created_at} for k in keys]}
-        write_atomic(self.path, json.dumps(data, indent=1), mode=0o600)
+        try:
+            write_atomic(self.path, json.dumps(data, indent=1), mode=0o600)
+        except OSError as exc:
+            raise ConfigError(f"cannot write key file {self.path} ({exc.strerror or exc})") from None
+
+    @contextmanager
+    def _changing(self) -> Iterator[tuple[ApiKey, ...]]:
+        """The keys as they are on disk, held under a lock file until the block's write is
+        done: two processes adding or revoking keys at once must not write over each other
+        (a revoked key would come back, a printed token would never be stored)."""
+        lock = FileLock(self.path.with_name(self.path.name + ".lock"), timeout=30, mode=0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with lock:  # read again inside the lock: the cached copy may predate another write
+                yield self._read() if self.path.exists() else ()
+        except LockTimeout:
+            raise ConfigError(f"key file {self.path} stayed locked by another process for 30 s "
+                              f"(lock file {lock.lock_file})") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot lock key file {self.path} ({exc.strerror or exc})") from None
 
     def keys(self) -> list[ApiKey]:
         return list(self._load())
@@ -157,19 +182,23 @@ class KeyRing:
     def create(self, scopes: Iterable[str], name: str = "") -> tuple[str, ApiKey]:
         """A new key for ``scopes``: (token, stored key). The token is not kept anywhere."""
         grant = Grant.of(scopes)
-        key_id = secrets.token_hex(4)
-        token = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
-        key = ApiKey(key_id, name, grant, _digest(token), time.time())
-        self._write([*self._load(), key])
+        with self._changing() as keys:
+            taken = {k.key_id for k in keys}
+            key_id = secrets.token_hex(4)
+            while key_id in taken:  # an id names one key: revoke removes by id
+                key_id = secrets.token_hex(4)
+            token = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+            key = ApiKey(key_id, name, grant, _digest(token), time.time())
+            self._write([*keys, key])
         return token, key
 
     def revoke(self, key_id: str) -> bool:
         """Remove the key with this id; False when there is none."""
-        keys = self._load()
-        kept = [k for k in keys if k.key_id != key_id]
-        if len(kept) == len(keys):
-            return False
-        self._write(kept)
+        with self._changing() as keys:
+            kept = [k for k in keys if k.key_id != key_id]
+            if len(kept) == len(keys):
+                return False
+            self._write(kept)
         return True
 
     def authenticate(self, token: str | None) -> ApiKey:
