@@ -211,3 +211,21 @@ def test_a_write_past_the_deadline_says_it_goes_on_and_a_resend_stores_nothing_t
             assert [it.id for it in m.items(user_id="ana")] == ["move"]
             again = httpx.post(f"{url}/v1/items", json=body, timeout=20)  # stored: no embedding now
             assert again.status_code == 201 and len(m.items(user_id="ana")) == 1
+
+
+def test_a_keyless_server_answers_only_requests_for_a_loopback_host(dev):
+    """DNS rebinding: a page's own name resolved to 127.0.0.1 reaches the socket, but its
+    Host header names the page, and a server without keys refuses it."""
+    for host in ("attacker.example", "attacker.example:8765", "127.0.0.1.nip.io"):
+        r = httpx.get(f"{dev}/v1/items", params={"user_id": "ana"}, headers={"Host": host})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    port = dev.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
+        assert httpx.get(f"{dev}/v1/health", headers={"Host": host}).status_code == 200
+
+
+def test_a_keyed_server_does_not_depend_on_the_host_header(keyed):
+    url, headers, _ = keyed
+    r = httpx.get(f"{url}/v1/items", params={"user_id": "ana"},
+                  headers={**headers["ana"], "Host": "memory.example.com"})
+    assert r.status_code == 200  # behind a proxy the name is the proxy's: keys guard it

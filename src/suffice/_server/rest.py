@@ -224,6 +224,34 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _host_name(header: str) -> str:
+    """The name in a Host header, without its port ("[::1]:8765" is "::1")."""
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class LoopbackOnly:
+    """Dev mode has no keys, so loopback is its only guard, and a browser page can get past a
+    loopback bind by DNS rebinding (its own name, resolved to 127.0.0.1, reaches the server
+    with that name in the Host header). So every request must name a loopback host."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").strip().lower()
+            if _host_name(host) not in LOOPBACK_HOSTS:
+                await _error(403, "forbidden", "a server without keys answers requests for "
+                             "localhost only (Host header)")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
                settings: ServerSettings | None = None) -> FastAPI:
     """The REST app over ``memory``. ``keys=None`` is dev mode: no key, every scope (bind it to
@@ -405,6 +433,8 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
         return {"scopes": await within(mem.scopes(), conf.deadline_s)}
 
     app.add_middleware(BodyLimit, limit=conf.max_body_bytes)
+    if keys is None:
+        app.add_middleware(LoopbackOnly)
     return app
 
 
