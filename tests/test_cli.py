@@ -144,6 +144,16 @@ def test_a_failed_model_is_never_printed_as_the_answer(db):
     assert r.exit_code == 1, r.output
     assert "(no answer: the model failed)" in r.output
     assert "[/yellow] boom" in r.output and "\x1b" not in r.output
+    with FakeOpenAI([Reply(status=500, body="boom")] * 5) as srv:  # a script reads the exit code too
+        r = run("--db", db, "ask", "cat name?", "-s", "dana", "--provider", "http", "--base-url",
+                srv.base_url, "--model", "m", "--json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["failed"] is True
+
+
+@pytest.mark.parametrize("cmd", [["serve", "--dev"], ["mcp", "--transport", "http"]])
+def test_a_port_out_of_range_is_refused_before_anything_starts(db, cmd):
+    r = run("--db", db, *cmd, "--port", "99999")
+    assert r.exit_code == 2 and "65535" in r.output and "Traceback" not in r.output
 
 
 @pytest.mark.parametrize("args", [

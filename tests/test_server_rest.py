@@ -229,3 +229,19 @@ def test_a_keyed_server_does_not_depend_on_the_host_header(keyed):
     r = httpx.get(f"{url}/v1/items", params={"user_id": "ana"},
                   headers={**headers["ana"], "Host": "memory.example.com"})
     assert r.status_code == 200  # behind a proxy the name is the proxy's: keys guard it
+
+
+def test_stats_names_its_scope_like_every_other_route(dev):
+    c = httpx.Client(base_url=dev, timeout=30)
+    by_id = c.get("/v1/stats", params={"user_id": "ana"}).json()["stats"]
+    assert by_id["items"] == 2 and by_id["scopes"] == 1  # user:ana, not the whole store
+    assert c.get("/v1/stats", params={"scope": "user:ana "}).json()["stats"]["items"] == 2  # normalised
+    assert c.get("/v1/stats").json()["stats"]["items"] == 3
+
+
+def test_an_unreadable_key_file_refuses_callers_without_naming_it(keyed, caplog):
+    url, headers, ring = keyed
+    ring.path.write_text("{not json")
+    r = httpx.get(f"{url}/v1/items", params={"user_id": "ana"}, headers=headers["ana"])
+    assert r.status_code == 401 and str(ring.path) not in r.text
+    assert "cannot read the key file" in caplog.text

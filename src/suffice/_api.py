@@ -765,11 +765,13 @@ class Memory:
         names = self._store.scopes()
         return names if self._grant is None else [s for s in names if self._grant.allows(s)]
 
-    def stats(self, scope: str | None = None) -> StoreStats:
-        """Counts of one scope, or of the whole store (of the granted scopes on a view)."""
-        if scope is not None:
-            if self._grant is not None:
-                self._grant.check(scope)
+    def stats(self, scope: str | None = None, *, user_id: str | None = None,
+              agent_id: str | None = None, run_id: str | None = None) -> StoreStats:
+        """Counts of one scope (named, or by Mem0-style ids as elsewhere: ``agent_id`` or
+        ``run_id`` beside ``user_id`` pick the user's scope, whole), or of the whole store (of
+        the granted scopes on a view) when none is named."""
+        if scope is not None or user_id is not None or agent_id is not None or run_id is not None:
+            scope = self._ident(scope, user_id, agent_id, run_id).scope
             self._require(scope)
             return self._store.stats(scope)
         if self._grant is None or self._grant.everything:
@@ -936,8 +938,8 @@ class AsyncMemory:
     async def scopes(self) -> list[str]:
         return await self._run(self._memory.scopes)
 
-    async def stats(self, scope: str | None = None) -> StoreStats:
-        return await self._run(self._memory.stats, scope)
+    async def stats(self, scope: str | None = None, **kwargs: Any) -> StoreStats:
+        return await self._run(self._memory.stats, scope, **kwargs)
 
     async def audit(self) -> list[AuditEntry]:
         return await self._run(self._memory.audit)

@@ -1133,10 +1133,13 @@ def ask(
                       tau=tau, budget=budget, timeout=timeout, **tiers,
                       **filters(session, speaker, kind, since, until, meta))
         r = ans.receipt
+        # The engine's stand-in when no model answered: the top evidence, noted as such.
+        failed = r.path == "fast" and any(n.startswith("answer call failed") for n in r.notes)
         if as_json:
-            print_json({"answer": ans.text, "receipt": asdict(r)})
+            print_json({"answer": ans.text, "failed": failed, "receipt": asdict(r)})
+            if failed:
+                raise typer.Exit(1)
             return
-        failed = r.path == "fast" and any(c.stage == "answer" and not c.ok for c in r.calls)
         if failed:  # the library's stand-in (the top evidence) is shown as what it is
             say(f"(no answer: the model failed) best matching item: {ans.text}", "yellow")
         else:
@@ -1205,7 +1208,7 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (from k
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind (loopback unless you mean it).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8765,
+    port: Annotated[int, typer.Option(help="TCP port.", min=0, max=65535)] = 8765,
     keys: KeysOpt = Path("suffice-keys.json"),
     dev: Annotated[bool, typer.Option("--dev", help=(
         "No API keys, every scope: for a laptop. Binds loopback only."))] = False,
@@ -1248,8 +1251,8 @@ def mcp_server(
         "stdio (an MCP client launches the server) or http (streamable HTTP)."))] = "stdio",
     host: Annotated[str, typer.Option(help="With --transport http: the address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help=(
-        "With --transport http: the TCP port (0: any free one; the URL is printed on stderr).")
-    )] = 8000,
+        "With --transport http: the TCP port (0: any free one; the URL is printed on stderr)."),
+        min=0, max=65535)] = 8000,
     path: Annotated[str, typer.Option(help="With --transport http: the endpoint's path.")] = "/mcp",
     scopes: Annotated[list[str] | None, typer.Option("--scope", "-s", help=(
         "Bind the server to this scope (repeatable): a name, or a prefix ending in *; one name "

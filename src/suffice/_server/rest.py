@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -26,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import __version__
 from .._access import KeyRing
 from .._api import AsyncMemory, Memory
-from .._errors import DeadlineError, InvalidQueryError, SufficeError
+from .._errors import AuthenticationError, ConfigError, DeadlineError, InvalidQueryError, SufficeError
 from .wire import error_json, error_status, to_json
 
 T = TypeVar("T")
@@ -224,6 +225,8 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+log = logging.getLogger("suffice.rest")
+
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
@@ -420,9 +423,9 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
         return {"forgotten": to_json(report)}
 
     @app.get("/v1/stats", tags=["meta"])
-    async def stats(mem: Caller, scope: str | None = None) -> dict[str, Any]:
+    async def stats(mem: Caller, where: At) -> dict[str, Any]:
         """Counts of one scope, or of every scope the key may see."""
-        st = await within(mem.stats(scope), conf.deadline_s)
+        st = await within(mem.stats(**where.ident()), conf.deadline_s)
         out = to_json(st)
         out.pop("path", None)  # where the store lives is the operator's business
         return {"stats": out}
@@ -445,6 +448,7 @@ class _State:
         self.memory = memory
         self.keys = keys
         self.views: dict[tuple[str, tuple[str, ...]], AsyncMemory] = {}
+        self._warned = False
 
     async def caller(self, request: Request) -> AsyncMemory:
         """The memory this request may use: all of it in dev mode, else its key's view."""
@@ -452,7 +456,14 @@ class _State:
             return self.memory
         auth = request.headers.get("authorization", "")
         token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key")
-        key = await asyncio.to_thread(self.keys.authenticate, token)
+        try:
+            key = await asyncio.to_thread(self.keys.authenticate, token)
+        except ConfigError as exc:  # the key file became unreadable: refuse (401), say why once
+            if not self._warned:
+                log.error("cannot read the key file, refusing every request: %s", exc)
+                self._warned = True
+            raise AuthenticationError("the server cannot check API keys now; its log says why") from None
+        self._warned = False
         slot = (key.key_id, key.grant.patterns)
         if slot not in self.views:
             self.views[slot] = self.memory.restrict(key.grant.patterns)
