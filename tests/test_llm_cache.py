@@ -40,3 +40,36 @@ def test_a_failed_call_is_not_stored(tmp_path):
     with pytest.raises(ProviderError):
         cache.chat(Q, ledger=Ledger())
     assert cache.chat(Q).text == "<answer>Figo</answer>" and len(flaky.calls) == 2
+
+
+def test_one_model_name_on_two_backends_is_cached_apart(tmp_path):
+    """Two servers (or two weight files) may answer under one model name: each keeps its own
+    answers, and the first backend's stay readable as before."""
+    a = ScriptedLLM(lambda messages: "<answer>Figo</answer>", model="m")
+    b = ScriptedLLM(lambda messages: "<answer>Milo</answer>", model="m")
+    a.identity = "http://server-a/v1 m"  # type: ignore[attr-defined]
+    b.identity = "http://server-b/v1 m"  # type: ignore[attr-defined]
+    assert CachedLLM(a, tmp_path / "c.db").chat(Q).text == "<answer>Figo</answer>"
+    assert CachedLLM(b, tmp_path / "c.db").chat(Q).text == "<answer>Milo</answer>"
+    again = CachedLLM(a, tmp_path / "c.db")
+    assert again.chat(Q).text == "<answer>Figo</answer>" and again.hits == 1 and len(a.calls) == 1
+
+
+def test_an_http_model_names_its_server():
+    from suffice._llm.http import OpenAIHTTP
+    one = OpenAIHTTP(base_url="http://127.0.0.1:9/v1", model="m")
+    two = OpenAIHTTP(base_url="http://127.0.0.1:10/v1", model="m")
+    assert one.identity != two.identity and "127.0.0.1:9" in one.identity
+
+
+def test_a_cache_that_cannot_keep_a_call_still_returns_the_answer(tmp_path, caplog):
+    import sqlite3
+    base = ScriptedLLM(lambda messages: "<answer>Figo</answer>")
+    cache = CachedLLM(base, tmp_path / "c.db")
+    blocker = sqlite3.connect(tmp_path / "c.db", timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")  # another process holds the file
+    cache._db.execute("PRAGMA busy_timeout = 50")
+    out = cache.chat(Q)
+    assert out.text == "<answer>Figo</answer>" and len(base.calls) == 1
+    assert "could not keep a call" in caplog.text or "unreadable" in caplog.text
+    blocker.rollback()

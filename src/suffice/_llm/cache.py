@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -26,6 +27,8 @@ from typing import Any
 
 from .base import LLM, CallRecord, Completion, Ledger, Message
 
+log = logging.getLogger("suffice.cache")
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY,
@@ -33,6 +36,13 @@ CREATE TABLE IF NOT EXISTS calls (
     kind TEXT NOT NULL,
     value TEXT NOT NULL,
     created REAL NOT NULL
+)
+"""
+
+_MODELS = """
+CREATE TABLE IF NOT EXISTS models (
+    name TEXT PRIMARY KEY,
+    identity TEXT NOT NULL
 )
 """
 
@@ -57,9 +67,20 @@ class CachedLLM:
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
+        self._db.execute(_MODELS)
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self._keyed_as = self._name_in_keys(str(getattr(llm, "identity", "") or llm.model))
+
+    def _name_in_keys(self, identity: str) -> str:
+        """The model's name in this file's keys. The first backend to use a name owns it (a
+        file made before identities were kept gives its calls to the first backend that opens
+        it); another backend under the same name (another server, another model file) is
+        keyed apart, so it never replays the first one's answers."""
+        self._db.execute("INSERT OR IGNORE INTO models VALUES (?, ?)", (self.model, identity))
+        owner = self._db.execute("SELECT identity FROM models WHERE name = ?", (self.model,)).fetchone()
+        return self.model if owner[0] == identity else f"{self.model}@{identity}"
 
     def __getattr__(self, name: str) -> Any:  # speed hints, model paths... of the wrapped backend
         return getattr(self.llm, name)
@@ -69,8 +90,12 @@ class CachedLLM:
             self._db.close()
 
     def _get(self, key: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as exc:  # a cache that cannot be read is a miss, not a failed call
+            log.warning("model call cache %s unreadable (%s); calling the model", self.path, exc)
+            row = None
         if row is None:
             self.misses += 1
             return None
@@ -79,9 +104,15 @@ class CachedLLM:
         return value
 
     def _put(self, key: str, kind: str, value: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?)",
-                             (key, self.model, kind, json.dumps(value, ensure_ascii=False), time.time()))
+        """Keep a call's result; when the file cannot take it (locked, full, read-only) the
+        answer, already paid for, is still returned, and the loss of its copy is logged."""
+        try:
+            with self._lock:
+                self._db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?)",
+                                 (key, self.model, kind, json.dumps(value, ensure_ascii=False), time.time()))
+        except sqlite3.Error as exc:
+            log.warning("model call cache %s could not keep a call (%s); the answer is used "
+                        "but will not be replayed", self.path, exc)
 
     @staticmethod
     def _replay(ledger: Ledger | None, record: dict[str, Any], stage: str) -> CallRecord:
@@ -93,8 +124,9 @@ class CachedLLM:
     def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
              stop: Sequence[str] | None = None, stage: str = "answer", ledger: Ledger | None = None,
              deadline: float | None = None) -> Completion:
-        key = call_key(self.model, "chat", {"messages": [dict(m) for m in messages], "max_tokens": max_tokens,
-                                            "temperature": temperature, "stop": list(stop or [])})
+        key = call_key(self._keyed_as, "chat", {"messages": [dict(m) for m in messages],
+                                                "max_tokens": max_tokens, "temperature": temperature,
+                                                "stop": list(stop or [])})
         hit = self._get(key) if temperature == 0.0 else None  # sampled replies are not replayed
         if hit is not None:
             return Completion(hit["text"], self._replay(ledger, hit["record"], stage), hit["finish_reason"])
@@ -110,7 +142,7 @@ class CachedLLM:
     def choice_probs(self, messages: Sequence[Message], choices: Mapping[str, Sequence[str]], *,
                      stage: str = "router", ledger: Ledger | None = None,
                      deadline: float | None = None) -> dict[str, float]:
-        key = call_key(self.model, "choice_probs", {"messages": [dict(m) for m in messages],
+        key = call_key(self._keyed_as, "choice_probs", {"messages": [dict(m) for m in messages],
                                                     "choices": {k: list(v) for k, v in choices.items()}})
         hit = self._get(key)
         if hit is not None:

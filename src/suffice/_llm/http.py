@@ -124,6 +124,8 @@ class OpenAIHTTP:
             raise ConfigError("retries and backoff must be >= 0 and timeout > 0")
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.identity = f"{self.base_url} {model}"
+        """Which backend answers: a cache keeps answers of one server apart from another's."""
         self.timeout = float(timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)

@@ -80,6 +80,8 @@ class LocalLlama:
         self.model = model_name(model_path)
         self.price = prices if isinstance(prices, Price) else price_for(self.model, prices)
         self.endpoint = f"local:{self.path.name}"
+        self.identity = f"{self.path.name} {self.path.stat().st_size}"
+        """Which weights answer: two files of one name (q4 and q8) are cached apart."""
         self._lock = threading.Lock()
         self._llama_cpp = llama_cpp
         try:
