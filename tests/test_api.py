@@ -195,6 +195,10 @@ def test_a_config_passed_to_a_call_applies_whole_and_only_to_that_call(memory: M
     (lambda m: m.add(5, scope="dana"), InvalidItemError),
     (lambda m: m.add([None], scope="dana"), InvalidItemError),
     (lambda m: m.add("x", scope="dana", batch_size=0), InvalidItemError),
+    (lambda m: m.ask("q", scope="dana", llm="http"), InvalidQueryError),  # a name, not a model
+    (lambda m: m.ask("q", scope="dana", llm=ScriptedLLM("x"), deep_llm="gpt-4o"), InvalidQueryError),
+    (lambda m: m.ask("q", scope="dana", llm=ScriptedLLM("x"), mode="auto", router=object()),
+     InvalidQueryError),
 ])
 def test_bad_arguments_are_refused_at_the_boundary_with_a_suffice_error(memory: Memory, call, error):
     with pytest.raises(error):

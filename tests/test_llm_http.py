@@ -337,3 +337,14 @@ def test_absurd_usage_is_not_billed_the_tokens_are_counted_here(usage: dict[str,
     assert out.record.usage_counted is True
     assert out.record.input_tokens < 100 and out.record.output_tokens < 10
     assert out.record.cost_usd < 1e-3
+
+
+def test_waiting_for_a_connection_slot_counts_against_the_deadline():
+    """With every slot taken by other calls, a call gives up when its deadline passes, not
+    when a slot frees up."""
+    from suffice import DeadlineError
+    llm = OpenAIHTTP("http://127.0.0.1:9/v1", model="m", max_concurrency=1, retries=0)
+    llm._sem.acquire()  # another query holds the only slot...
+    threading.Timer(2.0, llm._sem.release).start()  # ...for two seconds
+    with pytest.raises(DeadlineError, match="free connection slot"):
+        llm.chat([{"role": "user", "content": "hi"}], deadline=time.monotonic() + 0.3)

@@ -217,3 +217,46 @@ def test_default_model_loads_when_installed() -> None:
     probs = llm.choice_probs([{"role": "user", "content": "Is 2 bigger than 1? Answer Yes or No."}],
                              {"yes": ["Yes"], "no": ["No"]})
     assert sum(probs.values()) == pytest.approx(1.0)
+
+
+def test_a_call_cut_by_the_deadline_bills_the_prompt_it_read() -> None:
+    """llama.cpp reads the whole prompt before the deadline can stop it: that reading is
+    on the ledger (here 900 prompt tokens), not a zero-token failure."""
+    import threading
+    import time
+
+    import numpy as np
+
+    from suffice._errors import DeadlineError
+    from suffice._llm import Price
+
+    class Stand:  # a stand-in for llama_cpp.Llama: no model is loaded
+        def token_eos(self) -> int:
+            return 0
+
+        def create_chat_completion(self, messages, max_tokens, temperature, stop,  # type: ignore[no-untyped-def]
+                                   logits_processor):
+            time.sleep(0.3)  # the prompt, read whole
+            n = 0
+            for _ in range(max_tokens):
+                scores = np.zeros(4)
+                n += 1
+                logits_processor[0](None, scores)
+                if scores[1] == -np.inf:
+                    break
+            return {"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 900, "completion_tokens": n}}
+
+    class Cpp:
+        LogitsProcessorList = list
+
+    llm = LocalLlama.__new__(LocalLlama)
+    llm.model, llm.endpoint, llm.price = "stand", "local:stand", Price(1.0, 1.0)
+    llm._lock, llm._llm, llm._llama_cpp = threading.Lock(), Stand(), Cpp()
+    llm._s_per_token, llm._probed = 1e-9, False
+    ledger = Ledger()
+    with pytest.raises(DeadlineError, match="during generation"):
+        llm.chat([{"role": "user", "content": "hi"}], max_tokens=50, ledger=ledger,
+                 deadline=time.monotonic() + 0.1)
+    rec = ledger.records[0]
+    assert not rec.ok and rec.input_tokens == 900 and rec.cost_usd > 0

@@ -696,6 +696,12 @@ class Memory:
         if changes:
             config = config.replace(**changes)
         self._require(ident.scope)
+        for given, name, method in ((llm, "llm", "chat"), (deep_llm, "deep_llm", "chat"),
+                                    (router, "router", "score")):
+            if given is not None and not callable(getattr(given, method, None)):
+                raise InvalidQueryError(
+                    f"{name} must be an object with a {method}() method (make_llm(...) gives a "
+                    f"model; suffice.ScoreRouter a router), got {type(given).__name__} {given!r:.40}")
         if agent == "tiered":
             _check_tiered(mode, lam, tier_cap)  # before a model is loaded for nothing
         elif isinstance(agent, str):

@@ -271,7 +271,9 @@ def run_agents(agent: MemoryAgent, question: str, blocks: Sequence[ChosenBlock],
         cb = futures[f]
         notes.append(AgentNote(cb.block.index, cb.block.first_seq, cb.block.last_seq, "", "", False,
                                (left or 0.0) * 1e3, ok=False,
-                               error="DeadlineError: the query's deadline passed while the agent read"))
+                               error="DeadlineError: the query's deadline passed while the agent "
+                                     "read (a model call it had started may finish later; its "
+                                     "tokens and cost are not on this receipt)"))
     notes.sort(key=lambda n: n.first_seq)
     if ledger is not None:
         for n in notes:

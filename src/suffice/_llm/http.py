@@ -179,9 +179,14 @@ class OpenAIHTTP:
             left = call_deadline - time.monotonic()
             if left <= 0:
                 raise self._out_of_time(deadline, own, f"before attempt {attempt + 1}")
+            # Waiting for one of the max_concurrency slots counts against the deadline too.
+            if not self._sem.acquire(timeout=left):
+                raise self._out_of_time(deadline, own, "waiting for a free connection slot")
             try:
-                with self._sem:
-                    resp = self._fetch(url, payload, min(self.timeout, left), call_deadline)
+                left = call_deadline - time.monotonic()
+                if left <= 0:
+                    raise self._out_of_time(deadline, own, "waiting for a free connection slot")
+                resp = self._fetch(url, payload, min(self.timeout, left), call_deadline)
             except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
                 raise ProviderError(
                     f"{url} is not a usable URL ({exc}); base_url should look like "
@@ -219,6 +224,8 @@ class OpenAIHTTP:
                 if not _retryable(status):
                     raise err
                 hinted = _retry_after(resp)
+            finally:
+                self._sem.release()
             if attempt + 1 >= attempts:
                 if attempts > 1:
                     raise ProviderError(

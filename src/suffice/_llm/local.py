@@ -171,6 +171,7 @@ class LocalLlama:
                 scores[self._llm.token_eos()] = 0.0
             return scores
 
+        n_in = n_out = 0
         try:
             with self._turn(messages, deadline, max_tokens):
                 out = self._llm.create_chat_completion(
@@ -190,8 +191,8 @@ class LocalLlama:
                 self._learn_rate((time.perf_counter() - t0), n_in + n_out)
                 raise DeadlineError(f"{self.endpoint}: the query's deadline passed during "
                                     f"generation (stopped after {n_out} tokens)", endpoint=self.endpoint)
-        except ProviderError as exc:
-            self._record(ledger, stage, t0, error=exc)
+        except ProviderError as exc:  # a call cut short still read its prompt: bill what it did
+            self._record(ledger, stage, t0, n_in, n_out, error=exc)
             raise
         except Exception as exc:
             err = ProviderError(f"{self.endpoint}: chat failed: {exc}", endpoint=self.endpoint)
