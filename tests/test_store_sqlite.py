@@ -190,3 +190,19 @@ def test_a_v3_store_gets_one_full_text_table_per_scope(tmp_path):
     assert [q for q, _, _ in st.bm25("b", ["red"], 5)] == [0]
     names = [r[0] for r in st._conn.execute("SELECT name FROM sqlite_master")]
     assert "pieces_fts" not in names and not any("a" == n or "b" == n for n in names)
+
+
+def test_opening_a_current_store_writes_nothing_so_a_long_write_elsewhere_does_not_block_it(tmp_path):
+    """A reader opens and reads while another process holds the write lock (a long import,
+    a forget's rewrite): only a store that needs its schema made or migrated must write."""
+    path = tmp_path / "m.db"
+    store = SQLiteStore(path)
+    store.close()
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # held for the whole test
+    reader = SQLiteStore(path, busy_timeout_s=0.2, max_retries=3)
+    assert reader.stats(None).items == 0
+    with pytest.raises(StoreError, match="kept it locked for 0.2 s"):
+        reader.note_transfer("s", {"source": "x"})  # a write waits at most its timeout
+    reader.close()
+    writer.rollback()

@@ -117,6 +117,11 @@ CREATE INDEX IF NOT EXISTS items_scope_time ON items (scope, observed_ts);
 """
 
 
+_CURRENT_OBJECTS = frozenset({"meta", "items", "pieces", "embeddings", "records", "links", "audit",
+                              "items_immutable", "items_scope_session", "items_scope_time"})
+"""What a store at SCHEMA_VERSION holds (tables, trigger, indexes): all of it, or it is migrated."""
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -168,6 +173,7 @@ class SQLiteStore:
                 raise StoreError(f"no store at {self.path}")
             p.parent.mkdir(parents=True, exist_ok=True)
         self._max_retries = max_retries
+        self._busy_timeout_s = busy_timeout_s
         self._lock = threading.RLock()
         try:
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
@@ -192,8 +198,11 @@ class SQLiteStore:
     # -- plumbing -------------------------------------------------------------------------------
 
     def _retry(self, fn: Callable[[], T]) -> T:
-        """Run ``fn``, retrying while another process holds the write lock."""
+        """Run ``fn``, retrying while another process holds the write lock, for at most
+        ``busy_timeout_s`` in all (SQLite's own wait included): retries are for the busy
+        answers SQLite gives without waiting, not a multiple of the timeout."""
         delay = 0.005
+        give_up = time.monotonic() + self._busy_timeout_s
         for attempt in range(self._max_retries):
             try:
                 return fn()
@@ -201,8 +210,13 @@ class SQLiteStore:
                 raise StoreError(f"store {self.path}: {exc}") from None
             except sqlite3.OperationalError as exc:
                 msg = str(exc).lower()
-                if ("locked" not in msg and "busy" not in msg) or attempt == self._max_retries - 1:
+                if "locked" not in msg and "busy" not in msg:
                     raise StoreError(f"store {self.path}: {exc}") from exc
+                if attempt == self._max_retries - 1 or time.monotonic() >= give_up:
+                    raise StoreError(
+                        f"store {self.path}: another process kept it locked for "
+                        f"{self._busy_timeout_s:g} s ({exc}); try again when its write is done"
+                    ) from exc
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
         raise StoreError(f"store {self.path}: still busy after {self._max_retries} attempts")
@@ -232,7 +246,23 @@ class SQLiteStore:
                     self._conn.execute("ROLLBACK")
                 raise
 
+    def _is_current(self) -> bool:
+        """Whether the store already has this version's whole schema. Then opening it writes
+        nothing: a reader does not wait for the write lock (a long import or forget may hold
+        it) and a read-only file can be read."""
+        try:
+            names = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master")}
+            if not _CURRENT_OBJECTS <= names:
+                return False
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.Error:
+            return False
+        return (row is not None and row[0] == str(SCHEMA_VERSION)
+                and self._has_column("items", "observed_ts") and self._has_column("items", "agent"))
+
     def _migrate(self) -> None:
+        if self._is_current():
+            return
         # A new store gets the whole schema in one immediate transaction, so two processes
         # opening it at once cannot interleave; every statement is idempotent.
         self._run_script(
