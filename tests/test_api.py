@@ -353,7 +353,9 @@ def test_scope_names_have_one_form(memory: Memory):
     memory.add("café", scope="caf\u0065\u0301")  # decomposed é
     assert memory.items(scope="caf\u00e9")[0].scope == "caf\u00e9"
     assert "A" not in memory.scopes()  # case is kept: "A" and "a" are two scopes
-    for bad in ("", "   ", "x" * 201, "evil\u202eeman", "a\x00b", "line\u2028break"):
+    memory.add("two words", scope="team red")  # the plain space separates words
+    for bad in ("", "   ", "x" * 201, "evil\u202eeman", "a\x00b", "line\u2028break",
+                "team\u00a0red", "team\u3000red"):  # look-alikes of "team red"
         with pytest.raises(InvalidInputError):
             memory.add("x", scope=bad)
     with pytest.raises(InvalidInputError, match="normal form"):

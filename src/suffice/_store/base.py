@@ -137,7 +137,7 @@ use, unassigned, line and paragraph separators."""
 def normalize_scope(name: object, what: str = "scope") -> str:
     """The one form of a scope name (or an id that names one): Unicode NFC, surrounding
     whitespace removed, at most 200 characters, no control, format (bidi) or separator
-    characters. Case is kept: ``Ana`` and ``ana`` are two scopes, as most user ids are."""
+    characters but the plain space. Case is kept: ``Ana`` and ``ana`` are two scopes, as most user ids are."""
     if not isinstance(name, str):
         raise InvalidInputError(f"{what} must be a string, got {type(name).__name__}")
     norm = unicodedata.normalize("NFC", name).strip()
@@ -148,6 +148,10 @@ def normalize_scope(name: object, what: str = "scope") -> str:
     bad = next((c for c in norm if unicodedata.category(c) in _NOT_IN_NAMES), None)
     if bad is not None:
         raise InvalidInputError(f"{what} {norm!r} contains the control or format character U+{ord(bad):04X}")
+    space = next((c for c in norm if c != " " and unicodedata.category(c) == "Zs"), None)
+    if space is not None:  # "a\xa0b" would look like "a b" yet name another scope
+        raise InvalidInputError(f"{what} {norm!r} contains the space character U+{ord(space):04X}; "
+                                "only the plain space (U+0020) may separate words in a name")
     return norm
 
 
