@@ -41,9 +41,25 @@ def atomic_file(path: str | Path, *, mode: int = 0o666, tag: str = "") -> Iterat
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
+        _sync_folder(p.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable: without it, a crash just after may bring the old
+    file back (a revoked key among them). Best effort: not every system opens folders."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: str | Path, data: str | bytes, *, mode: int = 0o666) -> None:
