@@ -48,6 +48,7 @@ class StoreContract:
     @pytest.mark.parametrize(("item", "message"), [
         (NewItem(text="x", meta="not a dict"), "meta must be a mapping"),  # type: ignore[arg-type]
         (NewItem(text="bad \ud800 surrogate"), "not valid unicode"),
+        (NewItem(text="x", meta={"tool_call_id": "c\udc80"}), "meta is not valid unicode"),
         (NewItem(text="x", meta={"v": float("nan")}), "JSON"),
         (NewItem(text="nul \x00 inside"), "text contains a NUL"),
         (NewItem(text="x", speaker="A\x00"), "speaker contains a NUL"),

@@ -78,6 +78,21 @@ def test_import_locomo_rejects_a_malformed_file_naming_the_record(db, tmp_path):
     assert r.exit_code == 2 and "no store at" in r.output
 
 
+@pytest.mark.parametrize(("turn", "qa", "says"), [
+    ({"speaker": "A", "dia_id": "D1:1", "text": None}, [], "text must be a string"),
+    ({"speaker": "A", "dia_id": "D1:1", "text": "hi"}, [{"question": "q", "category": "multi-hop"}],
+     "category must be a whole number"),
+])
+def test_import_locomo_refuses_wrong_types_by_place_and_stores_nothing(db, tmp_path, turn, qa, says):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"sample_id": "c1", "qa": qa, "conversation": {
+        "session_1_date_time": "today", "session_1": [turn]}}]))
+    r = run("--db", db, "import", "locomo", str(bad))
+    assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
+    r = run("--db", db, "import", "locomo", str(tmp_path))  # a folder, not a file
+    assert r.exit_code == 2 and "cannot read LoCoMo file" in r.output
+
+
 def test_import_locomo_small_file(db, tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps([{"sample_id": "c1", "conversation": {

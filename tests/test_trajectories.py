@@ -245,9 +245,18 @@ def test_a_swe_run_stopped_by_a_limit_keeps_why_as_its_last_steps_exit(tmp_path:
 
 # -- τ-bench and τ²-bench ---------------------------------------------------------------------------
 
+def test_tau_runs_of_files_that_differ_after_a_dot_get_scopes_apart(tmp_path: Path) -> None:
+    names = ["tool-calling-gpt-4o-0.0_range_0--1_user-a_0101.json",
+             "tool-calling-gpt-4o-0.0_range_0--1_user-b_0202.json"]
+    for n in names:
+        (tmp_path / n).write_text(json.dumps(tau_raw()))
+    scopes = [t.scope for n in names for t in load_tau(tmp_path / n)]
+    assert len(set(scopes)) == len(scopes) == 4
+
+
 def test_tau_runs_keep_messages_calls_and_results(tau_file: Path) -> None:
     runs = load_tau(tau_file)
-    assert [t.scope for t in runs] == ["tau-gpt-4o-airline-7-0", "tau-gpt-4o-airline-7-2"]
+    assert [t.scope for t in runs] == ["tau-gpt-4o-airline.shared-7-0", "tau-gpt-4o-airline.shared-7-2"]
     t = runs[1]
     assert t.success is True and runs[0].success is False and t.task == "You are Mia; cancel AIXC49."
     assert [(it.kind, it.meta["step"], it.speaker) for it in t.items] == [
@@ -255,10 +264,10 @@ def test_tau_runs_keep_messages_calls_and_results(tau_file: Path) -> None:
         ("tool_result", 3, "get_user_details"), ("message", 4, "agent"), ("user_message", 5, "user"),
         ("message", 6, "agent"), ("tool_call", 6, "agent"), ("tool_result", 7, "get_reservation_details"),
         ("tool_call", 8, "agent")]  # the empty result of message 9 has no item
-    call = item(t, "tau-gpt-4o-airline-7-2:6:tool_call")
+    call = item(t, "tau-gpt-4o-airline.shared-7-2:6:tool_call")
     assert call.text == "get_reservation_details({\"reservation_id\": \"AIXC49\"})"  # arguments as written
     assert call.meta["tool"] == "get_reservation_details" and call.meta["tool_call_id"] == "c2"
-    assert item(t, "tau-gpt-4o-airline-7-2:3:tool_result").text == USER
+    assert item(t, "tau-gpt-4o-airline.shared-7-2:3:tool_result").text == USER
 
 
 def test_tau2_reads_turns_requestors_and_the_model_s_own_argument_text(tau2_file: Path) -> None:
@@ -325,8 +334,8 @@ def test_auto_reads_each_file_in_its_own_format(tmp_path: Path, swe_file: Path, 
     write_gz(tmp_path / "ama" / "swebench-3.json.gz", ama_raw())  # subfolders are read too
     assert [detect_format(f) for f in (swe_file, tau_file, tau2_file)] == ["swe", "tau", "tau2"]
     scopes = [t.scope for t in load_agent(tmp_path)]
-    assert scopes == ["ama-swebench-3", "swe-demo__demo-1", "tau-gpt-4o-airline-7-0",
-                      "tau-gpt-4o-airline-7-2", "tau2-sim-1"]
+    assert scopes == ["ama-swebench-3", "swe-demo__demo-1", "tau-gpt-4o-airline.shared-7-0",
+                      "tau-gpt-4o-airline.shared-7-2", "tau2-sim-1"]
     assert [t.scope for t in load_agent(swe_file, "swe")] == ["swe-demo__demo-1"]
     with pytest.raises(ImportFormatError, match="unknown trajectory format 'xml'"):
         load_agent(tmp_path, "xml")
@@ -409,8 +418,8 @@ def test_value_reuse_needs_a_tool_result_first_and_no_user_typing_it(tau_file: P
     t = load_tau(tau_file)[1]
     cps = tau_value_reuses(t)
     assert [(c.at_step, c.evidence_step, c.answer, c.evidence_ids) for c in cps] == [
-        (6, 3, "AIXC49", ("tau-gpt-4o-airline-7-2:3:tool_result",)),
-        (8, 3, "credit_card_4421486", ("tau-gpt-4o-airline-7-2:3:tool_result",))]
+        (6, 3, "AIXC49", ("tau-gpt-4o-airline.shared-7-2:3:tool_result",)),
+        (8, 3, "credit_card_4421486", ("tau-gpt-4o-airline.shared-7-2:3:tool_result",))]
     # mia_li_3668 was typed by the user; AIXC49's second use at message 8 copies the agent's own call
     assert cps[0].question == "Which reservation id should the get_reservation_details call use?"
     assert len(tau_value_reuses(t, first_use=False)) == 3 and tau_value_reuses(t, min_gap=4) == cps[1:]
@@ -507,3 +516,23 @@ def test_ama_questions_map_to_the_cited_steps_items() -> None:
     assert 1750 <= len(cps) <= 1850  # the README: 1,820 of 1,992 questions cite steps
     assert 450 <= sum(c.detail["step_range"] for c in cps) <= 671  # at most every type-A question
     check_evidence(cps, [ama_trajectory(e) for e in eps])
+
+
+def test_an_import_that_fails_on_one_run_writes_none_of_them(tmp_path):
+    """Every run is checked before the first is written: a run whose ids were stored before
+    with other content (a corrected re-export) leaves the store as it was."""
+    from suffice import ConflictError, HashEmbedder, Memory, NewItem
+    from suffice._datasets.trajectories import Trajectory
+
+    def run(name: str, text: str) -> Trajectory:
+        return Trajectory(name, "tau2", "f.json", (NewItem(text, id=f"{name}:0", kind="user_message"),))
+
+    mem = Memory(tmp_path / "m.db", embedder=HashEmbedder())
+    mem.import_agent([run("b", "first version")])
+    with pytest.raises(ConflictError) as caught:
+        mem.import_agent([run("a", "a new run"), run("b", "edited version")])
+    assert "nothing of this import was written" in "".join(caught.value.__notes__)
+    assert [it.text for s in mem.scopes() for it in mem.items(scope=s)] == ["first version"]
+    assert mem.import_agent([run("a", "a new run"), run("b", "first version")]) == {
+        run("a", "").scope: 1, run("b", "").scope: 0}
+    mem.close()

@@ -40,6 +40,7 @@ from ._errors import (
     NotFoundError,
     StoreConfigError,
     StoreError,
+    SufficeError,
     UnknownScopeError,
 )
 from ._llm.base import LLM
@@ -70,6 +71,7 @@ from ._views import piece_spans
 
 if TYPE_CHECKING:
     from ._datasets.locomo import LocomoConversation
+    from ._datasets.trajectories import Trajectory
 
 DEFAULT_SCOPE = "default"
 ItemLike = str | NewItem | Mapping[str, Any]
@@ -399,6 +401,37 @@ class Memory:
 
     # -- writes -------------------------------------------------------------------------------------
 
+    def _checked(self, scope: str, new: Sequence[NewItem]) -> list[Item | None]:
+        """Every check an add makes before it writes: each item valid, no id twice, no client
+        id stored with other content. The stored item for each id already there, else None."""
+        for i, it in enumerate(new):
+            validate_item(it, i)
+        ids = [it.id for it in new if it.id is not None]
+        if len(ids) != len(set(ids)):
+            dup = next(x for x in ids if ids.count(x) > 1)
+            raise InvalidItemError(f"id {dup!r} appears twice in one add")
+        # Conflicting client ids are refused before any batch is written; items already
+        # stored unchanged are not embedded again.
+        return self._store.check_ids(scope, new)
+
+    def _add_scopes(self, parts: Sequence[tuple[str, Sequence[NewItem]]],
+                    progress: Progress | None = None) -> dict[str, int]:
+        """Add items to several scopes (an import: one per conversation or run), every scope
+        checked before the first is written, so a bad or conflicting item anywhere leaves the
+        store as it was; the number of items added per scope."""
+        for scope, items in parts:
+            try:
+                self._checked(self._ident(scope, None, None, None).scope, list(items))
+            except SufficeError as exc:
+                exc.add_note(f"in scope {scope!r}; nothing of this import was written")
+                raise
+        counts: dict[str, int] = {}
+        for scope, items in parts:
+            before = self._store.max_seq(scope)
+            stored = self.add(list(items), scope=scope, progress=progress)
+            counts[scope] = counts.get(scope, 0) + sum(1 for it in stored if it.seq > before)
+        return counts
+
     def add(self, items: ItemLike | Sequence[ItemLike], *, scope: str | None = None,
             user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
             session: str = "", speaker: str = "", role: str = "", kind: str = "message",
@@ -427,15 +460,7 @@ class Memory:
         defaults = {"session": ident.run or session, "speaker": speaker, "role": role, "kind": kind,
                     "observed_at": observed_at, "meta": dict(meta or {}), "agent": ident.agent or ""}
         new = [x for i, it in enumerate(items) for x in _coerce(it, defaults, i)]
-        for i, it in enumerate(new):
-            validate_item(it, i)
-        ids = [it.id for it in new if it.id is not None]
-        if len(ids) != len(set(ids)):
-            dup = next(x for x in ids if ids.count(x) > 1)
-            raise InvalidItemError(f"id {dup!r} appears twice in one add")
-        # Conflicting client ids are refused before any batch is written; items already
-        # stored unchanged are not embedded again.
-        known = self._store.check_ids(ident.scope, new)
+        known = self._checked(ident.scope, new)
         out: list[Item] = []
         encoder = self.embedder.name if self.embedder else ""
         for b in range(0, len(new), batch_size):
@@ -834,6 +859,21 @@ class Memory:
                 problems.append(f"scope {scope!r}: items without a vector after a read")
         return problems
 
+    def import_agent(self, source: str | Path | Sequence[Trajectory], fmt: str = "auto",
+                     progress: Progress | None = None) -> dict[str, int]:
+        """Import agent runs from a trajectory file or a folder of them (``fmt``: ama, swe,
+        tau, tau2, or auto) or runs already loaded, one scope per run; the number of items
+        added per scope.
+
+        Every file is read and every run checked before anything is written, so a bad file or
+        an item stored before with other content leaves the store as it was. Re-importing adds
+        nothing: each step's items carry stable ids.
+        """
+        from ._datasets.trajectories import load_agent
+
+        trajs = load_agent(source, fmt) if isinstance(source, (str, Path)) else source
+        return self._add_scopes([(t.scope, t.items) for t in trajs], progress)
+
     def import_locomo(self, source: str | Path | Sequence[LocomoConversation] | None = None,
                       progress: Progress | None = None) -> dict[str, int]:
         """Import LoCoMo, one scope per conversation; the number of items added per scope.
@@ -846,12 +886,7 @@ class Memory:
         self._need_all("import_locomo")
         # A file is parsed and validated whole before any write.
         convs = load_locomo(source) if source is None or isinstance(source, (str, Path)) else source
-        counts = {}
-        for conv in convs:
-            before = self._store.max_seq(conv.scope)
-            stored = self.add(list(conv.items), scope=conv.scope, progress=progress)
-            counts[conv.scope] = sum(1 for it in stored if it.seq > before)
-        return counts
+        return self._add_scopes([(c.scope, c.items) for c in convs], progress)
 
 
 def _pick_session(ident: Identity, session: str | None) -> str | None:

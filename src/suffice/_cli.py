@@ -251,12 +251,8 @@ def import_agent(
         total = sum(len(t.items) for t in trajs)
         mem = open_memory(db)
         t0 = time.perf_counter()
-        added = 0
-        with progress_bar("importing", total) as advance:
-            for t in trajs:
-                before = mem.store.max_seq(t.scope)
-                stored = mem.add(list(t.items), scope=t.scope, progress=advance)
-                added += sum(1 for it in stored if it.seq > before)
+        with progress_bar("importing", total) as advance:  # every run checked before any write
+            added = sum(mem.import_agent(trajs, progress=advance).values())
         dt = time.perf_counter() - t0
         say(f"imported {added} new items ({total - added} already stored) in {len(trajs)} "
             f"scopes ({dt:.1f} s, {total / max(dt, 1e-9):.0f} items/s) into {mem.path}")

@@ -94,7 +94,10 @@ def load_locomo(path: str | Path | None = None) -> list[LocomoConversation]:
                 missing = [f for f in ("speaker", "dia_id", "text") if f not in turn]
                 if missing:
                     raise ImportFormatError(f"{where}, {key} turn {ti}: missing {', '.join(missing)}")
-                text = str(turn["text"])
+                if not isinstance(turn["text"], str):
+                    raise ImportFormatError(f"{where}, {key} turn {ti}: text must be a string, "
+                                            f"got {type(turn['text']).__name__}")
+                text = turn["text"]
                 meta: dict[str, Any] = {"dia_id": turn["dia_id"], "dataset": "locomo"}
                 caption = turn.get("blip_caption")
                 if caption:
@@ -114,8 +117,12 @@ def load_locomo(path: str | Path | None = None) -> list[LocomoConversation]:
             if not isinstance(qa, dict) or "question" not in qa or "category" not in qa:
                 raise ImportFormatError(f"{where}: qa {qi} lacks 'question' or 'category'")
             answer = qa.get("answer", qa.get("adversarial_answer", ""))
+            category = qa["category"]
+            if isinstance(category, bool) or not isinstance(category, int):
+                raise ImportFormatError(f"{where}: qa {qi} category must be a whole number, got "
+                                        f"{category!r}")
             questions.append(LocomoQuestion(
-                question=str(qa["question"]), answer=str(answer), category=int(qa["category"]),
+                question=str(qa["question"]), answer=str(answer), category=category,
                 evidence=_clean_evidence(qa.get("evidence", []), known),
             ))
         out.append(LocomoConversation(sample_id, tuple(items), tuple(questions)))

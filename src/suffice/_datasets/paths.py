@@ -32,3 +32,5 @@ def read_json(path: Path, what: str) -> Any:
         raise ImportFormatError(f"{what} file not found: {path}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ImportFormatError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:  # a folder, no permission...
+        raise ImportFormatError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None

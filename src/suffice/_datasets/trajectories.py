@@ -271,7 +271,9 @@ def _tool_call_text(name: str, args: str) -> str:
 def _tau_runs(p: Path, raw: Any) -> list[Trajectory]:
     if not isinstance(raw, list):
         raise ImportFormatError(f"{p.name}: expected a list of runs ({{task_id, trial, reward, info, traj}})")
-    stem = p.name.split(".")[0]
+    # The whole name but its extensions: tau-bench's own names hold dots (a temperature of
+    # "0.0"), and cutting at the first one gave two runs of different models one scope.
+    stem = p.name.removesuffix(".gz").removesuffix(".json")
     out = []
     for r, run in enumerate(raw):
         at = f"{p.name} run {r}"

@@ -193,7 +193,9 @@ def validate_item(item: NewItem, index: int) -> None:
     if not isinstance(item.meta, Mapping):
         raise InvalidItemError(f"{where}: meta must be a mapping, got {type(item.meta).__name__}")
     try:
-        json.dumps(item.meta, allow_nan=False)
+        json.dumps(item.meta, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # the stores write meta as UTF-8: a lone surrogate cannot go
+        raise InvalidItemError(f"{where}: meta is not valid unicode (lone surrogate)") from None
     except (TypeError, ValueError) as exc:
         raise InvalidItemError(f"{where}: meta is not JSON-serialisable ({exc})") from None
     if has_nul(item.meta):
