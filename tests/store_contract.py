@@ -71,6 +71,9 @@ class StoreContract:
         assert store.check_ids("a", [NewItem("x", id="k\x00")]) == [None]
         with pytest.raises(InvalidQueryError, match="NUL"):
             store.find("a", Filter(session="s\x00"))
+        for bad in (Filter(speaker="\ud83d"), Filter(meta={"k": "\ud83d"})):
+            with pytest.raises(InvalidQueryError, match="lone surrogate"):
+                store.find("a", bad)
 
     def test_client_ids_make_adds_idempotent(self, store: Store):
         first = store.append("a", [row("x", id="k1"), row("y", id="k2")])

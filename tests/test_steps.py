@@ -25,6 +25,14 @@ def test_references_are_parsed_singly_in_lists_ranges_and_between() -> None:
     assert len(cited_steps("steps " + ", ".join(str(i) for i in range(0, 400, 2)))) == 64
 
 
+def test_thousands_reversed_ranges_and_huge_numbers_are_read_as_meant() -> None:
+    assert cited_steps("at step 1,200") == [1200]  # one step, not 1 and 200
+    assert cited_steps("steps 1,2,3") == [1, 2, 3]
+    assert cited_steps("between step 80 and 70") == list(range(70, 81))
+    assert cited_steps("steps 80 to 77") == [80, 79, 78, 77]
+    assert cited_steps("what happened at step 99999999999999999999") == []  # no store holds it
+
+
 def _implied(text: str) -> list[int]:
     return [n for n, _why in implied_steps(text)]
 

@@ -49,6 +49,8 @@ _ACTED_ON = re.compile(r"\b(?:actions?|commands?|tool\s+calls?|operations?)\b[^.
 _NOT_OBJECTS = frozenset({"it", "them", "this", "that", "these", "those", "step", "steps", "turn",
                           "turns", "each", "every", "which", "what", "its", "their", "a", "an",
                           "the", "his", "her", "my", "our", "your", "some", "any", "all", "both"})
+_THOUSANDS = re.compile(r"(?<![\d,])\d{1,3}(?:,\d{3})+(?![\d,])")
+"""A number written with thousands separators ("1,200"); a list of steps has spaces ("3, 4")."""
 _BEFORE = re.compile(r"\bbefore\s+(?:steps?|turns?)\s*(?:#\s*)?(\d+)", re.IGNORECASE)
 
 MAX_SPAN = 20
@@ -89,20 +91,25 @@ def cited_steps(text: str, n_turns: int | None = None, *, between: bool = True,
     kept; at most ``limit`` steps (None: all)."""
     out: list[int] = []
     seen: set[int] = set()
+    text = _THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), text)  # "step 1,200" is one step
     spans = ({m.start(1): (int(m.group(1)), int(m.group(2))) for m in _BETWEEN.finditer(text)}
              if between else {})
     for m in _STEPS.finditer(text):
         nums = [int(m.group(1))]
         for part in _PART.finditer(m.group(2) or ""):
             sep, n = part.group(1).lower(), int(part.group(2))
-            if sep in ("to", "through", "-", "–", "—") and 0 < n - nums[-1] <= MAX_RANGE:
-                nums.extend(range(nums[-1] + 1, n + 1))
+            if sep in ("to", "through", "-", "–", "—") and 0 < abs(n - nums[-1]) <= MAX_RANGE:
+                # "steps 80 to 70" is the same stretch as "70 to 80"
+                nums.extend(range(nums[-1] + 1, n + 1) if n > nums[-1] else range(nums[-1] - 1, n - 1, -1))
             else:
                 nums.append(n)
         span = spans.get(m.start(1))
-        if span is not None and nums[:2] == list(span) and 0 < span[1] - span[0] <= MAX_RANGE:
-            nums = [*range(span[0], span[1] + 1), *nums[2:]]
+        if span is not None and nums[:2] == list(span) and 0 < abs(span[1] - span[0]) <= MAX_RANGE:
+            lo, hi = sorted(span)
+            nums = [*range(lo, hi + 1), *nums[2:]]
         for n in nums:
+            if n > MAX_STEP:  # no store holds such a step; a filter could not even name it
+                continue
             if n not in seen and (n_turns is None or 0 <= n < n_turns):
                 if limit is not None and len(out) >= limit:
                     return out

@@ -214,6 +214,14 @@ def has_nul(value: object) -> bool:
     return False
 
 
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def validate_filter(flt: Filter) -> None:
     """Raise InvalidQueryError for a filter no store could apply."""
     for name in ("session", "speaker", "kind", "role", "agent"):
@@ -222,6 +230,8 @@ def validate_filter(flt: Filter) -> None:
             raise InvalidQueryError(f"filter {name} must be a string, got {type(value).__name__}")
         if isinstance(value, str) and "\x00" in value:
             raise InvalidQueryError(f"filter {name} contains a NUL character: no item holds one")
+        if isinstance(value, str) and not _is_unicode(value):
+            raise InvalidQueryError(f"filter {name} is not valid unicode (lone surrogate)")
     for name in ("since", "until"):
         value = getattr(flt, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
@@ -233,7 +243,9 @@ def validate_filter(flt: Filter) -> None:
         if not isinstance(flt.meta, Mapping) or not all(isinstance(k, str) for k in flt.meta):
             raise InvalidQueryError("filter meta must map string keys to values")
         try:
-            json.dumps(dict(flt.meta), allow_nan=False)
+            json.dumps(dict(flt.meta), allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidQueryError("filter meta is not valid unicode (lone surrogate)") from None
         except (TypeError, ValueError) as exc:
             raise InvalidQueryError(f"filter meta values must be JSON values ({exc})") from None
         for key, value in flt.meta.items():
