@@ -273,3 +273,19 @@ def test_a_huge_item_renders_and_searches_in_bounded_work(tmp_path: Path, embedd
         ev = mem.search("red kayak wedding", scope="b")
         assert ev.hits[0].item.text == text  # the hit carries the whole item...
         assert "red kayak" in ev.text and len(ev.text) < 2_000  # ...the evidence context its best piece
+
+
+@pytest.mark.parametrize("mode", ["timeline", "unit", "piece"])
+def test_a_render_as_of_a_seq_shows_nothing_said_after_it(tmp_path: Path, mode: str) -> None:
+    """A unit that runs past the "as of" seq (an agent's checkpoint) is recorded from its
+    earlier items only: its stored record may quote the later ones."""
+    from suffice import HashEmbedder
+    from suffice._types import Filter
+    mem = Memory(tmp_path / "m.db", embedder=HashEmbedder(), store_config=StoreConfig(unit_tokens=2000))
+    mem.add([{"text": f"agent opened drawer {i}", "meta": {"step": i}, "speaker": "agent"} for i in range(5)]
+            + [{"text": "later the password turned out to be swordfish", "meta": {"step": 5},
+                "speaker": "agent"}], scope="s")
+    ctx = mem.renderer.render("s", "drawer", 2000, config=RenderConfig(mode=mode),
+                              retrieval=RetrievalConfig(), flt=Filter(before_seq=5))
+    assert "drawer" in ctx.text and "swordfish" not in ctx.text and "steps 0-5" not in ctx.text
+    mem.close()

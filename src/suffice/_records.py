@@ -286,11 +286,13 @@ class RecordIndex:
         return text, tokens
 
     def lines(self, scope: str, st: ScopeRecords, units: Sequence[Unit],
-              allowed: set[int] | None = None) -> tuple[list[str], list[int]]:
+              allowed: set[int] | None = None, end: int | None = None) -> tuple[list[str], list[int]]:
         """Record line and its token cost (newline included) for each of ``units``.
 
         With ``allowed`` (the seqs a filter lets through), a unit that also holds other items
         gets a rule record made from its allowed items only: a stored gist may quote the rest.
+        With ``end`` (a render "as of" seq ``end``), a unit that runs past it gets a rule record
+        of its items before ``end``: later items do not exist yet at that moment.
         """
         with st.lock:
             texts = list(st.texts[:len(units)])
@@ -300,8 +302,10 @@ class RecordIndex:
         lines: list[str] = []
         out: list[int] = []
         for u, text in zip(units, texts, strict=True):
-            if allowed is not None and not all(q in allowed for q in range(u.first_seq, u.last_seq + 1)):
-                mine = [q for q in range(u.first_seq, u.last_seq + 1) if q in allowed]
+            last = u.last_seq if end is None else min(u.last_seq, end - 1)
+            if last < u.last_seq or (
+                    allowed is not None and not all(q in allowed for q in range(u.first_seq, last + 1))):
+                mine = [q for q in range(u.first_seq, last + 1) if allowed is None or q in allowed]
                 text = rule_record(self.store.items(scope, mine), self.config.record_tokens) if mine else "…"
                 costs[u.index] = count_tokens(record_line(text))
             elif text is None:  # the open unit (or a record not written yet): a rule record on the fly

@@ -414,7 +414,8 @@ class Renderer:
 
         # 3. Timeline.
         t2 = time.perf_counter()
-        rec_text, rec_cost = self.records.lines(scope, st, units[:n_units], allowed)
+        rec_text, rec_cost = self.records.lines(
+            scope, st, units[:n_units], allowed, end=n_items if n_items < idx.views.size else None)
         timeline_cap = (memory_budget if mode == "timeline"
                         else math.floor(config.timeline_share * memory_budget))
         # Items the query addressed by step come before any other detail, then its ranked hits:
