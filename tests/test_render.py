@@ -289,3 +289,18 @@ def test_a_render_as_of_a_seq_shows_nothing_said_after_it(tmp_path: Path, mode: 
                               retrieval=RetrievalConfig(), flt=Filter(before_seq=5))
     assert "drawer" in ctx.text and "swordfish" not in ctx.text and "steps 0-5" not in ctx.text
     mem.close()
+
+
+def test_dropping_a_part_to_fit_never_hides_what_a_kept_part_shows(tmp_path: Path) -> None:
+    """A unit recovered whole claims the step a step part shows; when the cap forces the
+    recovered unit out, the step's line stays (it vanished while its part stayed on the receipt)."""
+    from suffice import HashEmbedder
+    mem = Memory(tmp_path / "m.db", embedder=HashEmbedder())
+    mem.add([{"text": f"ㅋㅋ drawer {i} opened, rain {i}", "meta": {"step": i}, "speaker": "agent"}
+             for i in range(400)], scope="s")
+    for budget in (3624, 3705, 3822):  # where an undercount of the whole units forced a drop
+        ctx = mem.render("what happened at step 5", budget, scope="s",
+                         render=RenderConfig(mode="unit", timeline_share=0.0))
+        assert "[step 5] agent: ㅋㅋ drawer 5 opened" in ctx.text
+        assert any(p.reason.startswith("step") for p in ctx.parts)
+    mem.close()

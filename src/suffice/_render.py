@@ -954,7 +954,10 @@ def _drop_one(timeline: list[_Part], detail: list[_Part], recent: list[_Part], l
         worst = min(detail, key=lambda p: (p.kind != "piece", p.priority, p.unit))
         detail.remove(worst)
         for seq, ps in worst.pieces.items():
-            rest = lines.shown.get(seq, set()) - ps
+            # Only what no other part shows goes: parts may claim the same pieces (a unit
+            # recovered whole holds the step a step part shows), and the kept part must keep them.
+            claimed = set().union(*(p.pieces.get(seq, ()) for p in detail))
+            rest = lines.shown.get(seq, set()) - (ps - claimed)
             if rest:
                 lines.shown[seq] = rest
             else:
