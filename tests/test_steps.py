@@ -138,6 +138,10 @@ def test_named_steps_are_fetched_first_on_both_backends(stepped: Memory) -> None
     ev = stepped.search("What happened at step 11?", scope="run", k=5)
     assert [h.source for h in ev.hits[:2]] == ["step", "step"]
     assert {h.item.meta["step"] for h in ev.hits[:2]} == {11}
+    # k is what the caller asked for, however many steps the query names: named ones first
+    for k in (0, 1, 3):
+        hits = stepped.search("What happened between step 11 and 12?", scope="run", k=k).hits
+        assert len(hits) == k and all(h.source == "step" for h in hits)
 
 
 def test_implied_steps_follow_the_named_ones_and_precede_the_steps_before(stepped: Memory) -> None:

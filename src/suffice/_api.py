@@ -617,9 +617,10 @@ class Memory:
         config = _config(retrieval, RetrievalConfig, "retrieval", self.retrieval)
         k = _check_count(k, "k")
         self._require(ident.scope)
-        ranking = self._retriever.rank(ident.scope, query, config, method=method,
-                                       depth=config.k if k is None else k, flt=flt)
-        return self._retriever.evidence(ranking)
+        depth = config.k if k is None else k
+        ranking = self._retriever.rank(ident.scope, query, config, method=method, depth=depth, flt=flt)
+        # The ranking may run deeper (it holds every step the query names); k is what was asked.
+        return self._retriever.evidence(ranking, depth)
 
     def render(self, query: str, budget_tokens: int, *, scope: str | None = None,
                user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
