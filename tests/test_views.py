@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,3 +67,23 @@ def test_pieces_are_verbatim_and_bounded():
     assert "".join(text[s:e] for s, e in spans).replace(" ", "") == text.replace(" ", "")
     assert all(count_tokens(text[s:e]) <= 64 for s, e in spans)
     assert piece_spans("short one", 64) == [(0, 9)]
+
+
+@pytest.mark.parametrize("text", [
+    "family photo " + "\U0001F468\u200d\U0001F469\u200d\U0001F467\u200d\U0001F466" * 80 + " picnic",
+    "Flags: " + "\U0001F1F5\U0001F1F9\U0001F1EF\U0001F1F5\U0001F1EB\U0001F1F7" * 60 + " travel",
+    "Cafe\u0301 " * 3 + "e\u0301" * 400,
+])
+def test_pieces_never_split_what_reads_as_one_character(text):
+    """A piece cut inside an emoji sequence, between a flag's halves or before an accent
+    shows other characters (two halves of different flags read as other flags)."""
+    from suffice._views import _splits_cluster
+    spans = piece_spans(text, 64)
+    assert "".join(text[a:b] for a, b in spans) == text and len(spans) > 1
+    assert not [a for a, _ in spans if 0 < a < len(text) and _splits_cluster(text, a)]
+
+
+def test_a_long_sentence_is_cut_at_spaces_not_inside_words():
+    text = " ".join(f"x{i:04d}y{i % 7}" for i in range(600))  # many tokens per character
+    spans = piece_spans(text, 40)
+    assert all(text[a - 1] == " " for a, _ in spans[1:])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import unicodedata
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -63,14 +64,47 @@ def _split_long(text: str, start: int, end: int, max_tokens: int,
     while pos < end:
         stop = min(end, pos + approx)
         if stop < end:
-            space = text.rfind(" ", pos + 1, stop)
-            if space > pos:
-                stop = space + 1
+            stop = _cut_before(text, pos, stop)
         while stop - pos > 8 and count(text[pos:stop]) > max_tokens:
-            stop = pos + (stop - pos) * 3 // 4
+            stop = _cut_before(text, pos, pos + (stop - pos) * 3 // 4)
         out.append((pos, stop))
         pos = stop
     return out
+
+
+_JOINERS = frozenset("\u200d\ufe0e\ufe0f")  # zero-width joiner, text / emoji presentation
+
+
+def _is_flag_half(c: str) -> bool:
+    return 0x1F1E6 <= ord(c) <= 0x1F1FF  # regional indicators pair up into flags
+
+
+def _splits_cluster(text: str, i: int) -> bool:
+    """Whether a cut just before ``text[i]`` splits what a reader sees as one character: an
+    accent from its letter, an emoji sequence joined by ZWJ or a modifier, a flag's halves."""
+    c, prev = text[i], text[i - 1]
+    if unicodedata.category(c).startswith("M") or c in _JOINERS or prev == "\u200d":
+        return True
+    if 0x1F3FB <= ord(c) <= 0x1F3FF:  # skin-tone modifier
+        return True
+    if _is_flag_half(c) and _is_flag_half(prev):
+        run = 0
+        while i - 1 - run >= 0 and _is_flag_half(text[i - 1 - run]):
+            run += 1
+        return run % 2 == 1
+    return False
+
+
+def _cut_before(text: str, pos: int, stop: int) -> int:
+    """Where to end a window that should end near ``stop``: after the last space in it, else
+    at ``stop`` moved back out of any character cluster (never to ``pos`` itself)."""
+    space = text.rfind(" ", pos + 1, stop)
+    if space > pos:
+        return space + 1
+    for cut in range(stop, pos, -1):
+        if not _splits_cluster(text, cut):
+            return cut
+    return stop  # one cluster longer than the window: cut it where asked
 
 
 class ScopeViews:
