@@ -34,8 +34,23 @@ def test_add_from_jsonl_file(db, tmp_path):
     f = tmp_path / "items.jsonl"
     f.write_text('{"text": "one", "session": "a"}\n\n{"text": "two", "session": "b", "id": "x"}\n')
     assert run("--db", db, "add", "-f", str(f)).exit_code == 0
-    assert run("--db", db, "add", "-f", str(f)).exit_code == 0  # "x" is idempotent
-    assert "items: 3" in run("--db", db, "stats").output.replace("  ", "")
+    assert run("--db", db, "add", "-f", str(f)).exit_code == 0  # the same file again adds nothing
+    assert "items: 2" in run("--db", db, "stats").output.replace("  ", "")
+
+
+def test_a_chat_export_without_ids_can_be_added_again_and_grown(db, tmp_path):
+    """Lines without an id get one from their content (and which repeat of that line they
+    are): an export added twice, or a longer export of the same chat, stores nothing twice,
+    and a turn said twice is kept twice."""
+    f = tmp_path / "export.jsonl"
+    turns = [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "Noted."},
+             {"role": "user", "content": "ok"}]
+    f.write_text("".join(json.dumps(t) + "\n" for t in turns))
+    for _ in range(2):
+        assert run("--db", db, "add", "-f", str(f), "-s", "alice").exit_code == 0
+    f.write_text("".join(json.dumps(t) + "\n" for t in [*turns, {"role": "user", "content": "bye"}]))
+    assert run("--db", db, "add", "-f", str(f), "-s", "alice").exit_code == 0
+    assert "items: 4" in run("--db", db, "stats").output.replace("  ", "")
 
 
 @pytest.mark.parametrize(

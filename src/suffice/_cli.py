@@ -8,6 +8,7 @@ as escapes, so an item cannot restyle or take over the terminal.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -193,6 +194,7 @@ def add(
                 lines = file.read_text(encoding="utf-8").splitlines()
             except UnicodeDecodeError as exc:
                 fail(f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+            seen: dict[str, int] = {}
             for n, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
@@ -202,6 +204,12 @@ def add(
                     fail(f"{file}:{n}: not valid JSON ({exc.msg})")
                 if not isinstance(rec, dict):
                     fail(f"{file}:{n}: expected a JSON object per line")
+                if rec.get("id") is None:
+                    # An id from the line's own content (and which repeat of it this is), so
+                    # adding the same file again, or a longer copy of it, stores nothing twice.
+                    digest = hashlib.sha256(line.strip().encode("utf-8")).hexdigest()[:16]
+                    seen[digest] = seen.get(digest, 0) + 1
+                    rec = {**rec, "id": f"line:{digest}:{seen[digest]}"}
                 records.append(rec)
         for t in text or []:
             records.append({"text": t, **({"id": item_id} if item_id else {})})
