@@ -82,8 +82,3 @@ def test_pieces_never_split_what_reads_as_one_character(text):
     assert "".join(text[a:b] for a, b in spans) == text and len(spans) > 1
     assert not [a for a, _ in spans if 0 < a < len(text) and _splits_cluster(text, a)]
 
-
-def test_a_long_sentence_is_cut_at_spaces_not_inside_words():
-    text = " ".join(f"x{i:04d}y{i % 7}" for i in range(600))  # many tokens per character
-    spans = piece_spans(text, 40)
-    assert all(text[a - 1] == " " for a, _ in spans[1:])

@@ -64,9 +64,10 @@ def _split_long(text: str, start: int, end: int, max_tokens: int,
     while pos < end:
         stop = min(end, pos + approx)
         if stop < end:
-            stop = _cut_before(text, pos, stop)
+            space = text.rfind(" ", pos + 1, stop)
+            stop = space + 1 if space > pos else _cluster_edge(text, pos, stop)
         while stop - pos > 8 and count(text[pos:stop]) > max_tokens:
-            stop = _cut_before(text, pos, pos + (stop - pos) * 3 // 4)
+            stop = _cluster_edge(text, pos, pos + (stop - pos) * 3 // 4)
         out.append((pos, stop))
         pos = stop
     return out
@@ -95,12 +96,8 @@ def _splits_cluster(text: str, i: int) -> bool:
     return False
 
 
-def _cut_before(text: str, pos: int, stop: int) -> int:
-    """Where to end a window that should end near ``stop``: after the last space in it, else
-    at ``stop`` moved back out of any character cluster (never to ``pos`` itself)."""
-    space = text.rfind(" ", pos + 1, stop)
-    if space > pos:
-        return space + 1
+def _cluster_edge(text: str, pos: int, stop: int) -> int:
+    """``stop``, moved back out of any character cluster it would split (never to ``pos``)."""
     for cut in range(stop, pos, -1):
         if not _splits_cluster(text, cut):
             return cut
