@@ -63,7 +63,7 @@ from ._route.tiers import TierPolicy, default_tiers
 from ._store.base import ItemRow, Store, normalize_scope, validate_filter, validate_item
 from ._store.open import open_store
 from ._store.sqlite import observed_text
-from ._text import embedding_text
+from ._text import embedding_text, is_utf8
 from ._times import TimeLike, as_timestamp, parse_time
 from ._tokens import count_tokens
 from ._types import AuditEntry, Context, Evidence, Filter, ForgetReport, Item, NewItem, StoreStats
@@ -188,10 +188,8 @@ def _check_query(query: object, what: str = "query", *, empty_ok: bool = False) 
         raise InvalidQueryError(f"{what} must be a string, got {type(query).__name__}")
     if not empty_ok and not query.strip():
         raise InvalidQueryError(f"{what} is empty")
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidQueryError(f"{what} is not valid text (invalid UTF-8 or a lone surrogate)") from None
+    if not is_utf8(query):
+        raise InvalidQueryError(f"{what} is not valid text (invalid UTF-8 or a lone surrogate)")
     return query
 
 

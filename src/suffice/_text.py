@@ -56,3 +56,13 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
 def embedding_text(speaker: str, text: str) -> str:
     """What the dense model sees for an item: questions often name the speaker."""
     return f"{speaker}: {text}" if speaker else text
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: a lone surrogate (from a bad decode, or JSON
+    with an unpaired escape) cannot, and no store can hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .._errors import InvalidInputError, InvalidItemError, InvalidQueryError
+from .._text import is_utf8
 from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats
 
 
@@ -185,11 +186,8 @@ def validate_item(item: NewItem, index: int) -> None:
         raise InvalidItemError(f"{where}: observed_at must be text or a datetime")
     for name in ("text", "session", "speaker", "role", "kind", "observed_at", "id", "agent"):
         value = getattr(item, name)
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidItemError(f"{where}: {name} is not valid unicode (lone surrogate)") from None
+        if isinstance(value, str) and not is_utf8(value):
+            raise InvalidItemError(f"{where}: {name} is not valid unicode (lone surrogate)")
     if not isinstance(item.meta, Mapping):
         raise InvalidItemError(f"{where}: meta must be a mapping, got {type(item.meta).__name__}")
     try:
@@ -214,14 +212,6 @@ def has_nul(value: object) -> bool:
     return False
 
 
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def validate_filter(flt: Filter) -> None:
     """Raise InvalidQueryError for a filter no store could apply."""
     for name in ("session", "speaker", "kind", "role", "agent"):
@@ -230,7 +220,7 @@ def validate_filter(flt: Filter) -> None:
             raise InvalidQueryError(f"filter {name} must be a string, got {type(value).__name__}")
         if isinstance(value, str) and "\x00" in value:
             raise InvalidQueryError(f"filter {name} contains a NUL character: no item holds one")
-        if isinstance(value, str) and not _is_unicode(value):
+        if isinstance(value, str) and not is_utf8(value):
             raise InvalidQueryError(f"filter {name} is not valid unicode (lone surrogate)")
     for name in ("since", "until"):
         value = getattr(flt, name)

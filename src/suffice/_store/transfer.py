@@ -65,6 +65,7 @@ from .._errors import (
     UnknownScopeError,
 )
 from .._files import atomic_file
+from .._text import is_utf8
 from .._types import AuditEntry, Item, NewItem
 from .base import ItemRow, Store, validate_item, validate_scope
 
@@ -495,10 +496,8 @@ class _Reader:
         value = obj[key]
         if not isinstance(value, str):
             raise self.fail(f"{key} must be a string, got {type(value).__name__}")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise self.fail(f"{key} is not valid unicode (a lone surrogate)") from None
+        if not is_utf8(value):
+            raise self.fail(f"{key} is not valid unicode (a lone surrogate)")
         return value
 
     def _float(self, value: object, key: str) -> float:
