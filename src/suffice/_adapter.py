@@ -212,8 +212,9 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
         # The render draws only on what is older than the window (the window is sent verbatim),
         # except when the newest message went out cut: then its left-out middle is memory this
         # call may need, so the render may draw on it (and on the small call it answers).
-        cut = next((first_seq[ident] for ident in ids[start - lead:] if ident in first_seq), None)
-        if cut is not None and not cut_newest:
+        cut = None if cut_newest else next(
+            (first_seq[ident] for ident in ids[start - lead:] if ident in first_seq), None)
+        if cut is not None:
             flt = dataclasses.replace(flt or Filter(), before_seq=cut)
         q = query if query is not None else _last_text(msgs)
         context = renderer.render(scope, q, left, config=render or RenderConfig.for_agent(),
