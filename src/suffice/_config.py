@@ -240,6 +240,10 @@ class EngineConfig(_Config):
         "Deep path, with resolve_dates: when the question asks when (or how long), the evidence "
         "is rendered small enough that every relative date in it can be stated; otherwise a "
         "context filled to the budget leaves no room and most dates go unstated."))
+    state_updates: bool = Field(True, description=(
+        "When the context shows a later message revising an earlier one on the question's topic "
+        "(a plan moved, a value changed), the question line asks the reader for the latest "
+        "value; by rule, on conversation questions only (no model call)."))
     agent_block_tokens: int = Field(1800, gt=0, le=1_000_000, description=(
         "A block is cut to this many tokens before its agent reads it (a 2k-context model's room)."))
     agent_max_tokens: int = Field(160, gt=0, le=100_000, description="Longest note a block agent may write.")

@@ -47,6 +47,7 @@ from ._store.base import Store
 from ._timeref import asks_time
 from ._tokens import count_tokens, fill_in_order
 from ._types import ContextPart, Evidence, Filter, Hit, Item
+from ._updates import HINT, find_revision
 
 Mode = Literal["fast", "deep", "auto"]
 Path = Literal["fast", "deep"]
@@ -79,7 +80,8 @@ class LeverReceipt:
 
     name: str
     """``blocks`` (memory agents read blocks), ``evidence`` (a wider context than the fast
-    budget), ``model`` (a stronger model answered) or ``dates`` (relative dates stated)."""
+    budget), ``model`` (a stronger model answered), ``dates`` (relative dates stated) or
+    ``updates`` (the reader was asked for the latest value of a fact the evidence revises)."""
     detail: str
     latency_ms: float = 0.0
     tokens: int = 0
@@ -279,7 +281,8 @@ class Engine:
             stages["context"] = stages.get("context", 0.0) + _ms(t)
         context, parts = fast
         t = time.perf_counter()
-        text, ok = self._answer(answer_messages(question, context, style), ledger, "answer",
+        hint = self._revision_hint(question, scope, parts, style, config, notes)
+        text, ok = self._answer(answer_messages(question, context, style, hint=hint), ledger, "answer",
                                 config.answer_cap(style), clock, notes)
         stages["answer"] = _ms(t)
         if not ok:
@@ -491,7 +494,10 @@ class Engine:
                     "evidence", f"{count_tokens(body)}-token context (deep budget {deep_budget}, "
                     f"fast budget {budget})", stages["evidence"]))
             t = time.perf_counter()
-            text, ok = self._answer(answer_messages(question, body, style), ledger, "aggregate",
+            hint = self._revision_hint(question, scope, parts, style, s, notes)
+            if hint:
+                levers.append(LeverReceipt("updates", notes[-1], _ms(t)))
+            text, ok = self._answer(answer_messages(question, body, style, hint=hint), ledger, "aggregate",
                                     s.answer_cap(style), clock, notes, llm=reader)
             stages["aggregate"] = _ms(t)
         if dated:
@@ -508,6 +514,20 @@ class Engine:
             notes.append(f"aggregation failed ({text}); the fast path answered")
             return None, receipts, tuple(levers), ()
         return (text, tuple(parts), count_tokens(body)), receipts, tuple(levers), ()
+
+    def _revision_hint(self, question: str, scope: str, parts: Sequence[ContextPart], style: Style,
+                       config: EngineConfig, notes: list[str]) -> str:
+        """:data:`~suffice._updates.HINT` when the context's messages hold a revision of the
+        question's topic (and a note saying which), else ''. Conversation questions only: the
+        dated style answers "as of" a date, a request is told to point out conflicts."""
+        if not config.state_updates or style != "conversation":
+            return ""
+        seqs = sorted({q for p in parts for q in p.seqs})
+        found = find_revision(question, self.store.items(scope, seqs)) if seqs else None
+        if found is None:
+            return ""
+        notes.append(f"asked for the latest value: {found.describe()}")
+        return HINT
 
     def _deep_tiered(self, agent: TieredAgent, question: str, scope: str, ranking: Ranking,
                      deep_budget: int, style: Style, ledger: Ledger, stages: dict[str, float],

@@ -189,10 +189,13 @@ def answer_messages(
     style: Style = "conversation",
     *,
     as_of: str | None = None,
+    hint: str = "",
 ) -> list[Message]:
     """Messages that ask for a short answer to ``question`` from the memory ``context``.
 
     For ``style='dated'`` without ``as_of``, the date written in the question is used.
+    ``hint``: a remark put after the question (the engine's ``updates`` lever); none by default,
+    so the prompt is byte for byte the one without it.
     """
     if style == "conversation":
         system = _CONVERSATION_SYSTEM
@@ -218,6 +221,8 @@ def answer_messages(
     else:
         raise ValueError(f"unknown answer style {style!r}; expected one of {', '.join(STYLES)}")
     ask = {"trajectory": "Answer:", "request": "Reply:"}.get(style, "Short answer:")
+    if hint:
+        q_line = f"{q_line} {hint}"
     user = f"{label}:\n{context.strip()}\n\n{q_line}\n{ask}"
     return [_msg("system", system), _msg("user", user)]
 
