@@ -329,3 +329,16 @@ def test_tau_can_be_set_by_what_width_would_add_while_the_router_learns_the_evid
     assert (report.tau, report.val_early_rate, report.val_precision) == expected
     with pytest.raises(ValueError, match="twice the budget"):  # no render at 800 to compare with
         train(ex, ex, RouterTrainConfig(epochs=1, beta=0.0, eval_budget=400, calibrate_on="width"))
+
+
+def test_distillation_adds_to_the_evidence_level_losses_it_does_not_replace_them(trained):
+    """With beta > 0 the item and multi-evidence terms still train the network: weighting them
+    differently gives a different network (training is deterministic)."""
+    from suffice._train.router import RouterTrainConfig, train
+
+    _mem, ex, _net, _report, _out = trained
+    nets = [train(ex, ex, RouterTrainConfig(epochs=1, beta=0.5, item_weight=w, multi_weight=w,
+                                            eval_budget=1000, teacher_tokens=64))[0]
+            for w in (0.0, 2.0)]
+    a, b = (dict(n.state_dict()) for n in nets)
+    assert any(not np.allclose(a[k].numpy(), b[k].numpy()) for k in a)

@@ -396,9 +396,11 @@ def train(train_set: Sequence[SufficiencyExample], val_set: Sequence[Sufficiency
             if config.beta > 0:
                 cos = torch.nn.functional.cosine_similarity(net.proj(rep), teacher[idx], dim=-1)
                 rep_loss = (weights[idx] * (1.0 - cos)).mean()
-                if s0 is None:  # one scale for the two terms, fixed by their first values
-                    s0 = float(ce.detach()) / max(float(rep_loss.detach()), 1e-6)
-                loss = ce + config.beta * s0 * rep_loss
+                if s0 is None:  # one scale for the two parts, fixed by their first values
+                    s0 = float(loss.detach()) / max(float(rep_loss.detach()), 1e-6)
+                # Added to the supervised terms, not in place of them: until 2026-12-04 this
+                # line dropped the item and multi losses whenever beta > 0.
+                loss = loss + config.beta * s0 * rep_loss
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
