@@ -299,6 +299,14 @@ def test_forget_reports_counts_and_says_only_what_is_left_to_do(db):
     assert r.output.strip() == "forgot 0 item(s): 0 pieces, 0 vectors, 0 records, 0 links"
 
 
+def test_forget_all_refuses_any_session_even_the_unnamed_one(db):
+    """`--all --session ""` would forget only the items of the unnamed session: refused."""
+    run("--db", db, "add", "Ana's locker code is 4471.", "-s", "ana")
+    r = run("--db", db, "forget", "-s", "ana", "--all", "--session", "")
+    assert r.exit_code != 0 and "do not combine it with --id or --session" in r.output
+    assert run("--db", db, "items", "-s", "ana").output.count("4471") == 1
+
+
 def test_an_errors_notes_are_printed_with_it(db, monkeypatch):
     """A failed transfer says in notes what it left behind; the CLI must not drop them."""
     from suffice import Memory, StoreError

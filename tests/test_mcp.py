@@ -418,3 +418,24 @@ def test_prefix_binding_and_no_default_scope_for_several(tmp_path: Path) -> None
     finally:
         mem.close()
     assert Memory(tmp_path / "prefix.db", embedder=HashEmbedder()).items(scope="ceo")[0].text == "private"
+
+
+def test_empty_optional_arguments_do_not_narrow_forget_everything(tmp_path: Path) -> None:
+    """Clients fill optional arguments with "" and []; with everything=true those must not turn
+    a whole-scope forget into one of the unnamed session (or of no ids) reported as done."""
+    mem = Memory(tmp_path / "empty.db", embedder=HashEmbedder())
+    server = build_mcp_server(mem, llm=ScriptedLLM("x"))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            for filler in ({"session": ""}, {"ids": []}, {"session": "", "ids": []}):
+                mem.add(["plain note", {"text": "chat turn", "session": "chat-7"}], scope="s")
+                ok(await client.call_tool("forget", {"scope": "s", "everything": True, **filler}))
+                assert ok(await client.call_tool("list", {"scope": "s"}))["items"] == [], filler
+            text = error_text(await client.call_tool("forget", {"scope": "s", "session": "", "ids": []}))
+            assert text.startswith("InvalidQueryError: say what to forget")
+
+    try:
+        run(main, 30)
+    finally:
+        mem.close()

@@ -446,7 +446,7 @@ def forget(
     with errors():
         if not (item_ids or session or run or everything):
             fail("say what to forget: --id ID, --session NAME, --run ID, or --all for the whole scope")
-        if everything and (item_ids or session):
+        if everything and (item_ids or session is not None):
             fail("--all forgets the whole scope; do not combine it with --id or --session")
         mem = open_memory(db, create=False, embedder=None)
         r = mem.forget(ids=item_ids or None, session=session, **where(scope, user, None, run))

@@ -565,6 +565,10 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         """Delete items, a session or a whole scope, and every trace derived from them (for
         privacy); cannot be undone. Returns counts only."""
         def run(mem: Memory, where: Where) -> dict[str, Any]:
+            nonlocal ids, session
+            # Clients fill optional arguments with "" and []: those mean "not given". Passed on,
+            # everything=true with session="" forgot only the items of the unnamed session.
+            ids, session = ids or None, session or None
             if not (ids or session or everything):
                 raise InvalidQueryError("say what to forget: ids, a session, or everything=true "
                                         "for the whole scope or run")
