@@ -342,3 +342,20 @@ def test_distillation_adds_to_the_evidence_level_losses_it_does_not_replace_them
             for w in (0.0, 2.0)]
     a, b = (dict(n.state_dict()) for n in nets)
     assert any(not np.allclose(a[k].numpy(), b[k].numpy()) for k in a)
+
+
+def test_a_history_left_half_stored_by_an_interrupted_run_is_completed(tmp_path, embedder):
+    from types import SimpleNamespace
+
+    from conftest import history_items
+
+    from suffice._train.sufficiency_data import histories
+
+    items = history_items()
+    evset = SimpleNamespace(name="demo", histories=[("dana", items)], questions=lambda mem: [])
+    first = Memory(tmp_path / "demo.db", embedder=embedder)
+    first.add(items[:5], scope="dana")  # the run stopped here
+    first.close()
+    mem, _ = histories(evset, [], tmp_path, embedder=embedder)
+    assert len(mem.items(scope="dana", limit=None)) == len(items)
+    mem.close()

@@ -328,8 +328,9 @@ def histories(evset: AnnotatedSet, exclude: Sequence[str], work: Path,
     dataset = evset.name
     work.mkdir(parents=True, exist_ok=True)
     mem = Memory(work / f"{dataset}.db", embedder=embedder)
-    todo = [(scope, items) for scope, items in evset.histories
-            if scope not in exclude and not mem.store.has_scope(scope)]
+    # Every history is added again: the add is idempotent by client id (every dataset sets
+    # them), so a store left half-written by an interrupted run is completed, not trusted.
+    todo = [(scope, items) for scope, items in evset.histories if scope not in exclude]
     total = sum(len(items) for _, items in todo)
     done = 0
     for scope, items in todo:
