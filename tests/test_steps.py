@@ -33,6 +33,23 @@ def test_thousands_reversed_ranges_and_huge_numbers_are_read_as_meant() -> None:
     assert cited_steps("what happened at step 99999999999999999999") == []  # no store holds it
 
 
+def test_every_reader_of_a_question_sees_step_1200_as_one_step() -> None:
+    from suffice._steps import before_step
+    assert step_bound("what was the value at step 1,200?") == 1200
+    assert before_step("which files were open before step 1,050?") == 1050
+    assert _implied("what followed step 1,200?")[:2] == [1201, 1202]
+    # After the plural, digits and commas are a list of steps.
+    assert cited_steps("steps 120,121,122") == [120, 121, 122]
+
+
+def test_a_number_too_long_for_int_is_no_step_and_no_error() -> None:
+    from suffice._steps import before_step
+    huge = "9" * 5000
+    assert cited_steps(f"at step {huge}") == [] and implied_steps(f"what followed step {huge}?") == []
+    assert step_bound(f"the value at step {huge}") is None
+    assert before_step(f"before step {huge}") is None
+
+
 def _implied(text: str) -> list[int]:
     return [n for n, _why in implied_steps(text)]
 

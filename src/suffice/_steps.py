@@ -49,8 +49,21 @@ _ACTED_ON = re.compile(r"\b(?:actions?|commands?|tool\s+calls?|operations?)\b[^.
 _NOT_OBJECTS = frozenset({"it", "them", "this", "that", "these", "those", "step", "steps", "turn",
                           "turns", "each", "every", "which", "what", "its", "their", "a", "an",
                           "the", "his", "her", "my", "our", "your", "some", "any", "all", "both"})
-_THOUSANDS = re.compile(r"(?<![\d,])\d{1,3}(?:,\d{3})+(?![\d,])")
-"""A number written with thousands separators ("1,200"); a list of steps has spaces ("3, 4")."""
+_THOUSANDS = re.compile(r"(\b(?:step|turn)\s*(?:#\s*)?)(\d{1,3}(?:,\d{3})+)(?![\d,])", re.IGNORECASE)
+"""One step written with thousands separators ("step 1,200"); after the plural it is a list
+("steps 120,121,122")."""
+_DIGITS = len(str(2**63 - 1))
+
+
+def _joined(text: str) -> str:
+    """``text`` with "step 1,200" written "step 1200", so every reader of it sees one step."""
+    return _THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), text)
+
+
+def _num(digits: str) -> int:
+    """A step number; one longer than any store's integers reads as MAX_STEP + 1, which no
+    lookup takes (``int`` refuses strings of over 4,300 digits outright)."""
+    return int(digits) if len(digits) <= _DIGITS else MAX_STEP + 1
 _BEFORE = re.compile(r"\bbefore\s+(?:steps?|turns?)\s*(?:#\s*)?(\d+)", re.IGNORECASE)
 
 MAX_SPAN = 20
@@ -91,13 +104,13 @@ def cited_steps(text: str, n_turns: int | None = None, *, between: bool = True,
     kept; at most ``limit`` steps (None: all)."""
     out: list[int] = []
     seen: set[int] = set()
-    text = _THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), text)  # "step 1,200" is one step
-    spans = ({m.start(1): (int(m.group(1)), int(m.group(2))) for m in _BETWEEN.finditer(text)}
+    text = _joined(text)
+    spans = ({m.start(1): (_num(m.group(1)), _num(m.group(2))) for m in _BETWEEN.finditer(text)}
              if between else {})
     for m in _STEPS.finditer(text):
-        nums = [int(m.group(1))]
+        nums = [_num(m.group(1))]
         for part in _PART.finditer(m.group(2) or ""):
-            sep, n = part.group(1).lower(), int(part.group(2))
+            sep, n = part.group(1).lower(), _num(part.group(2))
             if sep in ("to", "through", "-", "–", "—") and 0 < abs(n - nums[-1]) <= MAX_RANGE:
                 # "steps 80 to 70" is the same stretch as "70 to 80"
                 nums.extend(range(nums[-1] + 1, n + 1) if n > nums[-1] else range(nums[-1] - 1, n - 1, -1))
@@ -133,6 +146,7 @@ def implied_steps(text: str, named: list[int] | None = None) -> list[tuple[int, 
       past the question's "before step N". A state question ("what was X at step 50, after
       ...") gets them too: its own latest match still keeps to its step bound, and on AMA-Bench
       leaving them out lost more (its counterfactuals ask for "the final result")."""
+    text = _joined(text)
     named = cited_steps(text) if named is None else named
     taken = set(named)
     out: list[tuple[int, str]] = []
@@ -145,7 +159,7 @@ def implied_steps(text: str, named: list[int] | None = None) -> list[tuple[int, 
             out.append((n, why))
 
     spanned: set[int] = set()
-    mentions = [(m.start(), m.end(), int(m.group(1))) for m in _STEPS.finditer(text)]
+    mentions = [(m.start(), m.end(), _num(m.group(1))) for m in _STEPS.finditer(text)]
     for (s1, e1, a), (s2, _e2, b) in zip(mentions, mentions[1:], strict=False):
         if 0 < b - a - 1 <= MAX_SPAN and _SPAN_LEAD.search(text[max(0, s1 - 80):s1]) and _SPAN_GAP.match(
                 text[e1:s2]):
@@ -167,7 +181,7 @@ def implied_steps(text: str, named: list[int] | None = None) -> list[tuple[int, 
 def step_bound(text: str) -> int | None:
     """The step a state question is asked at ("at step 50", "by step 12", "as of turn 7"):
     the latest step whose items may answer it; None when the question names none."""
-    bounds = [int(m.group(1)) for m in _BOUND.finditer(text)]
+    bounds = [n for m in _BOUND.finditer(_joined(text)) if (n := _num(m.group(1))) <= MAX_STEP]
     return max(bounds) if bounds else None
 
 
@@ -193,8 +207,9 @@ def acted_on(text: str) -> str | None:
 
 def before_step(text: str) -> int | None:
     """The step of "before step N" in ``text`` (that step itself excluded), or None."""
-    m = _BEFORE.search(text)
-    return int(m.group(1)) if m else None
+    m = _BEFORE.search(_joined(text))
+    n = _num(m.group(1)) if m else None
+    return n if n is not None and n <= MAX_STEP else None
 
 
 def key_terms(terms: list[str]) -> list[str]:
