@@ -219,3 +219,44 @@ def test_after_any_forget_the_store_equals_one_that_never_held_the_items(store_l
     assert a.store.pieces("x", range(len(items))) == b.store.pieces("x", range(len(items)))
     a.close()
     b.close()
+
+
+def test_a_record_made_from_items_a_forget_removed_meanwhile_is_not_written(store_location):
+    """An add closes a unit and writes its record while, in another thread, a forget removes
+    one of its items: the record must not be written from what was read before the forget."""
+    mem = Memory(store_location("race"), embedder=HashEmbedder())
+    notes = [{"text": f"note {i} about tomatoes", "session": f"s{i}", "id": f"n{i}"} for i in range(3)]
+    mem.add(notes, scope="a")
+    mem.add({"text": "my PIN is 9931", "session": "sx", "id": "secret"}, scope="a")
+    real = mem.store.put_record
+
+    def forget_lands_first(*args, **kwargs):  # the forget commits between the read and the write
+        mem.store.put_record = real
+        mem.forget("a", ids=["secret"])
+        return real(*args, **kwargs)
+
+    mem.store.put_record = forget_lands_first
+    mem.add({"text": "closing note", "session": "st", "id": "closing"}, scope="a")  # closes the unit
+    mem.store.put_record = real
+    mem.add([{"text": "later", "session": "sy", "id": "later"}], scope="a")
+    assert not any("9931" in r[3] for r in mem.store.records("a"))
+    assert "9931" not in mem.render("PIN", 500, scope="a").text and mem.check() == []
+    clean = Memory(store_location("clean"), embedder=HashEmbedder())
+    clean.add([*notes, {"text": "closing note", "session": "st", "id": "closing"},
+               {"text": "later", "session": "sy", "id": "later"}], scope="a")
+    assert mem.store.records("a") == clean.store.records("a")
+    mem.close()
+    clean.close()
+
+
+def test_vectors_made_before_a_forget_are_not_stored_under_the_renumbered_seqs(store_location):
+    import numpy as np
+    mem = Memory(store_location("vec"), embedder=HashEmbedder())
+    mem.add(["first", "second", "third"], scope="a")
+    before = mem.store.generation()
+    mem.forget("a", ids=[mem.items(scope="a")[0].id])  # "second" is seq 0 now
+    vec = np.ones((1, 8), dtype=np.float32)
+    assert mem.store.put_embeddings("a", "other-encoder", [0], vec, generation=before) is False
+    assert mem.store.embeddings("a", "other-encoder")[0].size == 0
+    assert mem.store.put_embeddings("a", "other-encoder", [0], vec, generation=mem.store.generation())
+    mem.close()

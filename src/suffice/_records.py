@@ -340,10 +340,15 @@ class RecordIndex:
                 text = rule_record(unit_items, self.config.record_tokens)
             links = [(dst, "content", w)
                      for dst, w in content_links(vecs, u.index, self.config.links_per_unit)]
-            if self.store.put_record(scope, u.index, u.first_seq, u.last_seq, text, who, links):
+            if self.store.put_record(scope, u.index, u.first_seq, u.last_seq, text, who, links,
+                                     generation=idx.generation):
                 written += 1
                 with st.lock:
                     st.set_record(u.index, text, who, count_tokens(record_line(text)))
+            elif self.store.generation() != idx.generation:
+                # A forget or rebuild ran while this unit's items were read: what was read may
+                # be gone. Its own write_new writes the records of what remains.
+                break
         with st.lock:
             self._load(st, scope, idx.views.units)
         return written

@@ -367,11 +367,16 @@ class Retriever:
     def _ensure_embedded(self, scope: str) -> None:
         """Embed items stored without a vector (e.g. written by another process); once each."""
         assert self.embedder is not None
+        generation = self.store.generation()
         missing = self.store.missing_embeddings(scope, self.embedder.name)
         for i in range(0, len(missing), 512):
             items = self.store.items(scope, missing[i:i + 512])
             vecs = self.embedder.embed([embedding_text(it.speaker, it.text) for it in items])
-            self.store.put_embeddings(scope, self.embedder.name, [it.seq for it in items], vecs)
+            # A forget in between renumbers the seqs: these vectors would land on other items.
+            # Nothing is written then; index() sees the new generation and starts over.
+            if not self.store.put_embeddings(scope, self.embedder.name, [it.seq for it in items], vecs,
+                                             generation=generation):
+                return
 
     # -- ranking ------------------------------------------------------------------------------------
 

@@ -74,10 +74,17 @@ class Store(Protocol):
     def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[Item | None]:
         """Per item: the stored item when its client id is stored with the same content, else
         None; raises ConflictError (nothing written) when one is stored with other content."""
-    def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray) -> None: ...
+    def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray, *,
+                       generation: int | None = None) -> bool:
+        """Store vectors by seq (those already stored are kept). With ``generation``: only while
+        the store is still at it, since a forget in between renumbers the seqs they were made
+        for; False when it had moved and nothing was written."""
     def put_record(self, scope: str, unit: int, first_seq: int, last_seq: int, text: str,
-                   writer: str, links: Sequence[tuple[int, str, float]] = ()) -> bool:
-        """Write a unit's record and links once; False when the record already existed."""
+                   writer: str, links: Sequence[tuple[int, str, float]] = (), *,
+                   generation: int | None = None) -> bool:
+        """Write a unit's record and links once; False when the record already existed, or when
+        ``generation`` is given and the store is no longer at it (a forget or rebuild ran since
+        the record's items were read, so the record may quote forgotten text)."""
     def forget(self, scope: str, *, ids: Sequence[str] | None = None,
                session: str | None = None) -> ForgetReport:
         """Delete items (all of the scope, a session's, or by id) and every trace derived

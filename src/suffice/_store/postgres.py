@@ -741,19 +741,37 @@ class PostgresStore:
 
         self._tx(scope, write)
 
-    def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray) -> None:
+    @staticmethod
+    def _moved(c: psycopg.Connection[Any], generation: int | None) -> bool:
+        """Inside a transaction: has the store left ``generation`` (None: no check)? The row is
+        read FOR SHARE, so a forget's bump of it waits for this transaction, and this read
+        waits for (and then sees) a forget already under way."""
+        if generation is None:
+            return False
+        row = c.execute("SELECT value FROM meta WHERE key = 'generation' FOR SHARE").fetchone()
+        return int(row[0] if row else 0) != generation
+
+    def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray, *,
+                       generation: int | None = None) -> bool:
         if len(seqs) == 0:
-            return
+            return True
         arrays = [np.asarray(v, dtype=np.float32) for v in vecs]
         _check_dims(arrays)
         if len(arrays) != len(seqs):
             raise StoreError(f"put_embeddings: {len(seqs)} seqs but {len(arrays)} vectors")
-        self._tx(scope, lambda c: c.execute(
-            "INSERT INTO embeddings (rid, model, sid, dim, vec)"
-            " SELECT i.rid, %s, s.sid, vector_dims(u.v), u.v"
-            " FROM unnest(%s::int[], %b::vector[]) AS u(seq, v)"
-            " JOIN items i ON i.scope = %s AND i.seq = u.seq JOIN scopes s ON s.name = %s"
-            " ON CONFLICT DO NOTHING", (encoder, [int(s) for s in seqs], arrays, scope, scope)))
+
+        def write(c: psycopg.Connection[Any]) -> bool:
+            if self._moved(c, generation):
+                return False
+            c.execute(
+                "INSERT INTO embeddings (rid, model, sid, dim, vec)"
+                " SELECT i.rid, %s, s.sid, vector_dims(u.v), u.v"
+                " FROM unnest(%s::int[], %b::vector[]) AS u(seq, v)"
+                " JOIN items i ON i.scope = %s AND i.seq = u.seq JOIN scopes s ON s.name = %s"
+                " ON CONFLICT DO NOTHING", (encoder, [int(s) for s in seqs], arrays, scope, scope))
+            return True
+
+        return self._tx(scope, write)
 
     def drop_embeddings(self) -> None:
         def write(c: psycopg.Connection[Any]) -> None:
@@ -774,8 +792,11 @@ class PostgresStore:
              [json.dumps(dict(e.counts)) for e in entries])))
 
     def put_record(self, scope: str, unit: int, first_seq: int, last_seq: int, text: str,
-                   writer: str, links: Sequence[tuple[int, str, float]] = ()) -> bool:
+                   writer: str, links: Sequence[tuple[int, str, float]] = (), *,
+                   generation: int | None = None) -> bool:
         def write(c: psycopg.Connection[Any]) -> bool:
+            if self._moved(c, generation):
+                return False
             cur = c.execute("INSERT INTO records (scope, unit, first_seq, last_seq, text, writer)"
                             " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                             (scope, unit, first_seq, last_seq, text, writer))

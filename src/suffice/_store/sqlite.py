@@ -509,12 +509,24 @@ class SQLiteStore:
                 self._write_pieces(c, table, scope, seq, spans, bodies)
             self._bump_generation(c)
 
-    def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray) -> None:
+    @staticmethod
+    def _moved(c: sqlite3.Connection, generation: int | None) -> bool:
+        """Inside a write: has the store left ``generation`` (None: no check)?"""
+        if generation is None:
+            return False
+        row = c.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0] if row else 0) != generation
+
+    def put_embeddings(self, scope: str, encoder: str, seqs: Sequence[int], vecs: np.ndarray, *,
+                       generation: int | None = None) -> bool:
         with self._write() as c:
+            if self._moved(c, generation):
+                return False
             c.executemany(
                 "INSERT OR IGNORE INTO embeddings VALUES (?,?,?,?)",
                 [(scope, int(s), encoder, np.asarray(v, dtype=np.float32).tobytes())
                  for s, v in zip(seqs, vecs, strict=True)])
+        return True
 
     def drop_embeddings(self) -> None:
         with self._write() as c:
@@ -529,8 +541,11 @@ class SQLiteStore:
                             json.dumps(dict(e.counts))) for e in entries])
 
     def put_record(self, scope: str, unit: int, first_seq: int, last_seq: int, text: str,
-                   writer: str, links: Sequence[tuple[int, str, float]] = ()) -> bool:
+                   writer: str, links: Sequence[tuple[int, str, float]] = (), *,
+                   generation: int | None = None) -> bool:
         with self._write() as c:
+            if self._moved(c, generation):
+                return False
             cur = c.execute("INSERT OR IGNORE INTO records VALUES (?,?,?,?,?,?)",
                             (scope, unit, first_seq, last_seq, text, writer))
             if cur.rowcount == 0:
