@@ -284,7 +284,36 @@ def test_a_router_trained_on_another_encoder_is_not_the_default(trained, monkeyp
     _mem, _ex, _net, _report, out = trained
     monkeypatch.setenv("SUFFICE_ROUTER", str(out))
     assert default_router("some-other-encoder") is None
-    assert isinstance(default_router(""), TrainedRouter)
+    assert default_router("") is None  # a memory without an embedder has no vectors to read
+    assert isinstance(default_router(_mem.embedder.name), TrainedRouter)
+
+
+def test_a_memory_without_vectors_is_sent_deep_not_scored_on_zeros(trained, tmp_path):
+    from conftest import history_items
+    _mem, _ex, _net, _report, out = trained
+    bare = Memory(tmp_path / "bare.db", embedder=None)
+    bare.add(history_items(), scope="dana")
+    from dataclasses import replace
+    ev = bare.search("cat", scope="dana")
+    ranking = bare.retriever.rank("dana", "cat", bare.retrieval)
+    d = TrainedRouter(out).score(replace(RouterInput.of_evidence("cat", ev), ranking=ranking))
+    assert not d.ok and "vectors" in d.reason
+    bare.close()
+
+
+@pytest.mark.parametrize("field,value", [("tau", None), ("tau", "0.6x"), ("tau", 7), ("dim", "384d"),
+                                         ("element_features", None)])
+def test_a_card_with_a_bad_value_is_a_model_file_error(trained, tmp_path, field, value):
+    from suffice import ModelFileError
+    _mem, _ex, _net, _report, out = trained
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "model.onnx").write_bytes((out / "model.onnx").read_bytes())
+    card = json.loads((out / "card.json").read_text())
+    card[field] = value
+    (bad / "card.json").write_text(json.dumps(card))
+    with pytest.raises(ModelFileError):
+        TrainedRouter(bad)
 
 
 def test_without_a_ranking_the_trained_router_sends_the_query_deep(trained, memory):

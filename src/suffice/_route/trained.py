@@ -42,8 +42,8 @@ class TrainedRouter:
         model, name = open_model(folder, "router")
         card: dict[str, Any] = json.loads((Path(folder) / "card.json").read_text(encoding="utf-8"))
         if card.get("features_version") != FEATURES_VERSION or \
-                tuple(card.get("element_features", ())) != ELEMENT_FEATURES or \
-                tuple(card.get("global_features", ())) != GLOBAL_FEATURES:
+                tuple(card.get("element_features") or ()) != ELEMENT_FEATURES or \
+                tuple(card.get("global_features") or ()) != GLOBAL_FEATURES:
             raise ModelFileError(
                 f"{folder}: the router was trained on features of version {card.get('features_version')}, "
                 f"this suffice makes version {FEATURES_VERSION}; train it again with `suffice train router`")
@@ -53,11 +53,20 @@ class TrainedRouter:
         self.target = str(card.get("target", "evidence"))
         """What the score predicts: the context holds all the evidence ("evidence"), or reading
         twice as wide would show no more of it ("width")."""
-        self.tau = float(card.get("tau", DEFAULT_TAU))
+        try:
+            tau = float(card.get("tau", DEFAULT_TAU))
+            dim = int(card.get("dim", 384))
+            input_budget = int(card.get("input_budget", 100_000))
+        except (TypeError, ValueError) as exc:
+            raise ModelFileError(f"{folder}: card.json has a value of the wrong type ({exc})") from None
+        if not 0.0 <= tau <= 1.0 or dim <= 0 or input_budget <= 0:
+            raise ModelFileError(f"{folder}: card.json needs 0 <= tau <= 1 and positive dim and "
+                                 f"input_budget (tau {tau}, dim {dim}, input_budget {input_budget})")
+        self.tau = tau
         """The threshold calibrated on validation conversations (the engine's default tau)."""
         self.encoder = str(card.get("encoder", ""))
-        self.dim = int(card.get("dim", 384))
-        self.input_budget = int(card.get("input_budget", 100_000))
+        self.dim = dim
+        self.input_budget = input_budget
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
@@ -70,6 +79,9 @@ class TrainedRouter:
         if inp.ranking is None:
             return RouterDecision(0.0, "the trained router needs the query's ranking; going deep",
                                   _ms(t0), ok=False)
+        if inp.ranking.qvec is None:  # a memory without an embedder: every vector would be zero
+            return RouterDecision(0.0, "the trained router needs the store's vectors (this memory "
+                                  "has no embedder); going deep", _ms(t0), ok=False)
         f = extract(inp.query, inp.ranking, inp.parts, inp.items, [h.seq for h in inp.evidence.hits],
                     inp.tokens, dim=self.dim)
         if f.query.shape[0] != self.dim:
@@ -97,7 +109,8 @@ def shipped_router_dir() -> Path | None:
 
 def default_router(encoder: str) -> TrainedRouter | None:
     """The trained router auto mode uses by default: ``$SUFFICE_ROUTER``'s, else the shipped
-    one; None when there is none, or when it read another encoder's vectors than ``encoder``."""
+    one; None when there is none, or when it read another encoder's vectors than ``encoder``
+    (or ``encoder`` is '', a memory without vectors)."""
     env = os.environ.get(ROUTER_ENV)
     folder = Path(env) if env else shipped_router_dir()
     if folder is None:
@@ -109,6 +122,6 @@ def default_router(encoder: str) -> TrainedRouter | None:
             raise
         raise ModelFileError(f"${ROUTER_ENV}={env}: {exc}; unset it, or train one there with "
                              "`suffice train router`") from None
-    if encoder and router.encoder and router.encoder != encoder:
+    if router.encoder and router.encoder != encoder:  # no embedder ('') reads no vectors
         return None
     return router
