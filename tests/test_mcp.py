@@ -439,3 +439,40 @@ def test_empty_optional_arguments_do_not_narrow_forget_everything(tmp_path: Path
         run(main, 30)
     finally:
         mem.close()
+
+
+def test_slow_asks_do_not_hold_up_reads_and_every_ask_has_a_deadline(tmp_path: Path, monkeypatch) -> None:
+    """Four questions to a slow model and then a list: the list answers first (asks have slots
+    of their own), and an ask that names no timeout gets the server's default one."""
+    from suffice._server import mcp as mcp_module
+    mem = Memory(tmp_path / "slow.db", embedder=HashEmbedder())
+    mem.add("Dana adopted a grey cat named Figo.", scope="dana")
+    seen: list[float | None] = []
+    real_ask = Memory.ask
+
+    def ask(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("timeout"))
+        return real_ask(self, *args, **kwargs)
+
+    monkeypatch.setattr(Memory, "ask", ask)
+    server = build_mcp_server(mem, llm=ScriptedLLM(REPLY, delay_s=1.5))
+    done: list[str] = []
+
+    async def main() -> None:
+        async with Client(server) as client:
+            async def one(tool: str, args: dict[str, Any]) -> None:
+                ok(await client.call_tool(tool, args))
+                done.append(tool)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(one, "ask", {"scope": "dana", "question": QUESTION})
+                await anyio.sleep(0.3)
+                tg.start_soon(one, "list", {"scope": "dana"})
+
+    try:
+        run(main, 60)
+    finally:
+        mem.close()
+    assert done[0] == "list" and done.count("ask") == 4
+    assert seen == [mcp_module.ASK_DEADLINE_S] * 4

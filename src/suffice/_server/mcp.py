@@ -66,7 +66,13 @@ MAX_TEXT = 100_000
 MAX_NAME = 400
 MAX_ASK_SECONDS = 600.0
 WORKERS = 4
-"""Tool calls running at once; more wait. SQLite has one writer, and a CPU model one core each."""
+"""Tool calls other than ``ask`` running at once; more wait. SQLite has one writer."""
+ASK_WORKERS = 2
+"""``ask`` calls running at once, apart from the others: a slow model never holds up a read or
+a write, and a CPU model takes a core each."""
+ASK_DEADLINE_S = 300.0
+"""An ``ask`` that gives no ``timeout_s`` gets this many seconds, as on the REST server: one
+caller's slow question cannot hold an ask slot for ever."""
 
 INSTRUCTIONS = """\
 Long-term memory. `remember` stores turns, steps or chat messages verbatim; nothing is
@@ -415,7 +421,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
     """
     base = memory.restrict(scopes) if scopes else memory
     views: dict[tuple[str, tuple[str, ...]], Memory] = {}
-    limiter: anyio.CapacityLimiter | None = None
+    limiters: dict[str, anyio.CapacityLimiter] = {}
 
     def caller() -> Memory:
         """The memory this call may use: the server's, or its key's view of it."""
@@ -448,9 +454,10 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         return where
 
     async def call(tool: str, fn: Callable[[Memory, Where], dict[str, Any]]) -> CallToolResult:
-        nonlocal limiter
-        if limiter is None:  # made inside the event loop that serves the calls
-            limiter = anyio.CapacityLimiter(WORKERS)
+        kind = "ask" if tool == "ask" else "other"
+        if kind not in limiters:  # made inside the event loop that serves the calls
+            limiters[kind] = anyio.CapacityLimiter(ASK_WORKERS if kind == "ask" else WORKERS)
+        limiter = limiters[kind]
         try:
             mem = caller()  # here, in the request's context, not on the worker thread
             where = where_for(mem)
@@ -518,7 +525,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
             "Tokens of context the reader gets (default: the engine's)."))] = None,
         timeout_s: Annotated[float | None, Field(gt=0, le=MAX_ASK_SECONDS, description=(
             "Seconds for the whole question, model calls included; then it answers from "
-            "what it has."))] = None,
+            f"what it has (default {ASK_DEADLINE_S:.0f})."))] = None,
         tau: Annotated[float | None, Field(ge=0.0, le=1.0, description=(
             "With mode auto: the router score at which the fast answer stands."))] = None,
         scope: ScopeArg = None, user_id: UserArg = None, agent_id: AgentArg = None,
@@ -530,8 +537,8 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         evidence used, each model call with its tokens, cost and time."""
         def run(mem: Memory, where: Where) -> dict[str, Any]:
             answer = mem.ask(question, **where(scope, user_id, agent_id, run_id),
-                             llm=llm, mode=mode, budget=budget,
-                             timeout=timeout_s, tau=tau, session=session, speaker=speaker, kind=kind,
+                             llm=llm, mode=mode, budget=budget, timeout=timeout_s or ASK_DEADLINE_S,
+                             tau=tau, session=session, speaker=speaker, kind=kind,
                              role=role, since=since, until=until, meta=meta)
             return {"answer": to_json(answer)}
         return await call("ask", run)
