@@ -476,3 +476,31 @@ def test_slow_asks_do_not_hold_up_reads_and_every_ask_has_a_deadline(tmp_path: P
         mem.close()
     assert done[0] == "list" and done.count("ask") == 4
     assert seen == [mcp_module.ASK_DEADLINE_S] * 4
+
+
+def test_a_store_error_does_not_tell_the_client_where_the_store_lives(tmp_path: Path) -> None:
+    import sqlite3
+
+    from suffice import StoreError
+    from suffice._server.wire import error_json
+    from suffice._store.sqlite import SQLiteStore
+    db = tmp_path / "hidden-place.db"
+    mem = Memory(SQLiteStore(str(db), busy_timeout_s=0.3, max_retries=1), embedder=HashEmbedder())
+    mem.add(["x"], scope="s")
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    server = build_mcp_server(mem, llm=ScriptedLLM("ok"))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            text = error_text(await client.call_tool("remember", {"items": ["y"], "scope": "s"}))
+            assert text.startswith("StoreError: store <store>") and "hidden-place" not in text
+
+    try:
+        run(main, 30)
+    finally:
+        other.execute("ROLLBACK")
+        mem.close()
+    exc = StoreError(f"store {db}: locked")
+    exc.add_note(f"see {db}")
+    assert "hidden-place" not in json.dumps(error_json(exc, hide=(str(db),)))

@@ -43,7 +43,7 @@ from .._errors import (
     SufficeError,
 )
 from .._llm.base import LLM, Completion, Ledger, Message
-from .wire import to_json
+from .wire import hidden, to_json
 
 try:
     from mcp.server.auth.middleware.auth_context import get_access_token
@@ -374,9 +374,10 @@ def _result(payload: dict[str, Any]) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=payload)
 
 
-def _error(tool: str, exc: SufficeError) -> CallToolResult:
+def _error(tool: str, exc: SufficeError, hide: Sequence[str] = ()) -> CallToolResult:
     message = "\n".join([f"{type(exc).__name__}: {exc}", *map(str, getattr(exc, "__notes__", ()))])
-    log.info("tool %s refused: %r", tool, message)
+    log.info("tool %s refused: %r", tool, message)  # the server's own log keeps the path
+    message = hidden(message, hide)
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
@@ -463,7 +464,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
             where = where_for(mem)
             return _result(await anyio.to_thread.run_sync(lambda: fn(mem, where), limiter=limiter))
         except SufficeError as exc:
-            return _error(tool, exc)
+            return _error(tool, exc, hide=(memory.path,))
 
     auth: dict[str, Any] = {}
     if keys is not None:

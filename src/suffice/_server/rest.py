@@ -269,7 +269,7 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
     @app.exception_handler(SufficeError)
     async def _suffice_error(_: Request, exc: SufficeError) -> JSONResponse:
         status, _code = error_status(exc)
-        return JSONResponse(error_json(exc), status_code=status)
+        return JSONResponse(error_json(exc, hide=(amem.path,)), status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

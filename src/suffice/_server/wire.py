@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -107,10 +107,20 @@ def error_status(exc: SufficeError) -> tuple[int, str]:
     return 500, "error"
 
 
-def error_json(exc: SufficeError) -> dict[str, Any]:
+def hidden(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with each of ``secrets`` (the store's file path or URL) written ``<store>``:
+    callers of a server have no business knowing where its files are."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "<store>")
+    return text
+
+
+def error_json(exc: SufficeError, hide: Sequence[str] = ()) -> dict[str, Any]:
+    """The error body; ``hide``: strings (the store's location) not to show the caller."""
     status, code = error_status(exc)
-    body: dict[str, Any] = {"code": code, "type": type(exc).__name__, "message": str(exc)}
+    body: dict[str, Any] = {"code": code, "type": type(exc).__name__, "message": hidden(str(exc), hide)}
     notes = getattr(exc, "__notes__", None)
     if notes:  # what the error left behind, or what to do next
-        body["notes"] = [str(n) for n in notes]
+        body["notes"] = [hidden(str(n), hide) for n in notes]
     return {"error": body}
