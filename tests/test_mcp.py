@@ -24,7 +24,7 @@ from mcp_types import CallToolResult  # noqa: E402
 
 from suffice import HashEmbedder, Memory  # noqa: E402
 from suffice._llm import ScriptedLLM  # noqa: E402
-from suffice._server.mcp import MAX_BUDGET, LazyModel, build_mcp_server  # noqa: E402
+from suffice._server.mcp import ASK_DEADLINE_S, MAX_BUDGET, LazyModel, build_mcp_server  # noqa: E402
 from suffice._server.wire import to_json, without_timings  # noqa: E402
 
 TOOLS = {"remember", "recall", "ask", "list", "forget", "fit"}
@@ -127,7 +127,8 @@ def test_stdio_session_remember_list_recall_ask_forget(tmp_path: Path, embedder:
                 assert listed == to_json(mem.items(scope="dana"))
                 same = mem.render("the cat's name", 300, scope="dana")
                 assert without_timings(ctx) == without_timings(to_json(same))
-                same_answer = mem.ask(QUESTION, scope="dana", llm=ScriptedLLM(REPLY))
+                same_answer = mem.ask(QUESTION, scope="dana", llm=ScriptedLLM(REPLY),
+                                      timeout=ASK_DEADLINE_S)  # the server's default
                 assert without_timings(answer) == without_timings(to_json(same_answer))
             finally:
                 mem.close()
