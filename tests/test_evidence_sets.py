@@ -131,3 +131,24 @@ def test_training_refuses_an_exclusion_that_names_no_history(locomo_path: Path) 
     from suffice._cli import app
     out = CliRunner().invoke(app, ["train", "retriever", "--out", "never-written", "--exclude", "conv-99"])
     assert out.exit_code != 0 and "--exclude names no history of locomo: conv-99" in out.output
+
+
+def test_the_router_leaves_the_acceptance_conversation_out_unless_told(locomo_path: Path,
+                                                                       monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from suffice._cli import app
+    from suffice._train import sufficiency_data
+
+    seen: list[list[str]] = []
+
+    def stop(sets, exclude, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(list(exclude))
+        raise InvalidInputError("stopped here")
+
+    monkeypatch.setattr(sufficiency_data, "from_datasets", stop)
+    cases = (([], ["conv-26"]), (["--exclude", "none"], []), (["--exclude", "conv-30"], ["conv-30"]))
+    for extra, wanted in cases:
+        out = CliRunner().invoke(app, ["train", "router", "--out", "never-written", *extra])
+        assert "stopped here" in out.output and seen[-1] == wanted
+    assert "leaving out conv-26" in CliRunner().invoke(app, ["train", "router", "--out", "x"]).output

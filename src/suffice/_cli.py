@@ -1560,6 +1560,9 @@ def train_router_cmd(
 ) -> None:
     """Train the sufficiency router on evidence-annotated datasets and export it (ONNX + card).
 
+    LoCoMo's conv-26, the acceptance conversation, is left out by default (--exclude none
+    keeps every history).
+
     Natural contexts (the engine's own renders and hits) and interventions on the ranking
     (gold taken out, in part or whole; gold moved to the top) are labelled by whether every
     piece of gold evidence is shown. Use the result with `Memory(router=TrainedRouter(DIR))`,
@@ -1570,6 +1573,13 @@ def train_router_cmd(
         from ._train import router as rt
         from ._train import sufficiency_data as sd
         datasets = dataset or ["locomo"]
+        # LoCoMo's acceptance conversation stays out unless asked for (as in `train tiers`):
+        # a router trained on it would be judged on what it saw. `--exclude none`: keep all.
+        if exclude is None:
+            exclude = ["conv-26"] if "locomo" in datasets else []
+            if exclude:
+                say("leaving out conv-26, the acceptance conversation (--exclude none keeps it)")
+        exclude = [] if exclude == ["none"] else exclude
         cfg = rt.RouterTrainConfig(epochs=epochs, beta=beta, precision=precision, stop_rate=stop_rate,
                                    eval_budget=budget, threads=threads, calibrate_on=calibrate_on)
         budgets = {budget // 2, budget, 2 * budget} | ({4 * budget} if target == "width" else set())
