@@ -90,3 +90,18 @@ def test_a_turns_day_is_the_one_its_speaker_wrote_not_the_utc_day():
     assert said_day(evening, parse_time(evening)) == THU
     assert said_day("8 May, 2023", parse_time("8 May, 2023")) == date(2023, 5, 8)
     assert said_day("", None) is None and said_day("session 3", None) is None
+
+
+@pytest.mark.parametrize("text", ["Q4 2023", "H2 2023", "end of 2023", "summer 2023", "1 mei 2023"])
+def test_a_time_argument_with_words_no_date_reader_knows_is_refused(text):
+    """Read leniently, "Q4 2023" is 4 April and "summer 2023" 1 January: a filter on the wrong
+    window with no error. Refused instead, naming the word."""
+    with pytest.raises(InvalidQueryError, match="is not part of a date"):
+        as_timestamp(text, "since")
+
+
+@pytest.mark.parametrize("text", ["2023-05-08T10:00:00Z", "May 8, 2023", "1:56 pm on 8 May, 2023",
+                                  "8 May 2023 at 10am", "Monday, 8 May 2023", "8th of May 2023",
+                                  "Sun, 08 May 2023 10:00:00 GMT", "March 2024", "2023"])
+def test_written_dates_with_filler_words_are_still_read(text):
+    assert as_timestamp(text, "since") > 0

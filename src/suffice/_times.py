@@ -119,6 +119,22 @@ def _read(text: str) -> datetime | None:
         return None
 
 
+_FILLER = frozenset({"t", "z", "on", "at", "of", "the", "utc", "gmt"})
+"""Words a written time may hold that say nothing of which time it is."""
+
+
+def _unread(text: str) -> list[str]:
+    """Words of ``text`` the date parser skipped ("Q4 2023": ``Q``; "end of 2023": ``end``).
+    A time argument with such words was read as some other date than meant: "Q4 2023" as 4
+    April, "summer 2023" as 1 January."""
+    try:
+        _moment, skipped = _parser.parse(_clock_words(text), _INFO, fuzzy_with_tokens=True,
+                                         default=_DEFAULTS[0], tzinfos=_zone)
+    except (ValueError, OverflowError):
+        return []
+    return [w for tok in skipped for w in re.findall(r"[^\W_]+", tok) if w.lower() not in _FILLER]
+
+
 def to_utc(moment: datetime) -> datetime:
     """``moment`` in UTC; a naive datetime is taken to be UTC already."""
     if moment.tzinfo is None:
@@ -148,6 +164,11 @@ def as_timestamp(value: TimeLike, name: str = "time") -> float:
         ts = parse_time(value)
         if ts is None:
             raise InvalidQueryError(f"{name} {value!r} holds no date (a year at least) that can be read")
+        left = _unread(value)
+        if left:
+            raise InvalidQueryError(
+                f"{name} {value!r}: {' '.join(left)!r} is not part of a date that can be read, so the "
+                "rest would stand for another day than meant; write the date, e.g. 2023-10-01")
         return ts
     raise InvalidQueryError(
         f"{name} must be a datetime, a date, text or POSIX seconds, got {type(value).__name__}")
