@@ -86,3 +86,12 @@ def test_revisions_outside_a_conversation_do_not_fire(tmp_path, embedder):
     mem.ask("Which port does the service use?", scope="r", llm=llm, mode="fast", budget=500)
     assert HINT not in llm.calls[-1][-1]["content"]
     mem.close()
+
+
+def test_a_question_about_the_past_an_order_or_a_span_gets_no_hint():
+    """'When did ...' asks for an event, not how it stands now: the newest value is not it."""
+    moved = items("We plan the Kyoto trip for October.", "Change of plans: the Kyoto trip moved to November.")
+    assert find_revision("When is the Kyoto trip?", moved) is not None
+    for q in ("When did the Kyoto trip happen?", "When was the Kyoto trip first planned?",
+              "How many days are there between the two Kyoto trip dates?", "Have I ever booked the Kyoto trip?"):
+        assert find_revision(q, moved) is None, q

@@ -36,6 +36,15 @@ REVISION = re.compile(
 )
 """Wording that says a fact or plan changed: a new date, a cancellation, a value that moved."""
 
+_NOW = re.compile(
+    r"^\s*(?:(?:is|are|do|does)\b"
+    r"|(?:what|which|who|where|when|how\s+(?:many|much|long|often|far))\b.*"
+    r"\b(?:is|are|am|do|does|have|has|currently|now)\b"
+    r"|(?:what|who|where|when)'s\b)",
+    re.IGNORECASE | re.DOTALL)
+_THEN = re.compile(r"\b(?:did|was|were|had|first|originally|initially|earlier|previous(?:ly)?|used to"
+                   r"|order|between|ever|before)\b", re.IGNORECASE)
+
 HINT = "(The memory shows this changed later on; give the latest value.)"
 """Appended to the question line when a revision is found (see the module's docstring)."""
 
@@ -66,9 +75,20 @@ def _topic(question: str, names: Iterable[str]) -> set[str]:
     return {_stem(w) for w in query_terms(question) if len(w) > 2 and _stem(w) not in skip}
 
 
+def asks_current(question: str) -> bool:
+    """Whether ``question`` asks how something stands now ("When is the trip?", "How many
+    commits have been merged?") rather than about the past, an order or a span ("When did
+    ...", "What was ... first", "How many days between ..."), where the latest value is not the
+    answer."""
+    return bool(_NOW.search(question)) and not _THEN.search(question)
+
+
 def find_revision(question: str, items: Sequence[Item]) -> Revision | None:
     """The newest message of ``items`` that revises an earlier one of them on the question's
-    topic, or None. ``items``: the messages a context shows, in any order."""
+    topic, or None; None too when the question does not ask how something stands now
+    (:func:`asks_current`). ``items``: the messages a context shows, in any order."""
+    if not asks_current(question):
+        return None
     ordered = sorted({it.seq: it for it in items}.values(), key=lambda it: it.seq)
     if len(ordered) < 2:
         return None
