@@ -93,5 +93,6 @@ def test_a_question_about_the_past_an_order_or_a_span_gets_no_hint():
     moved = items("We plan the Kyoto trip for October.", "Change of plans: the Kyoto trip moved to November.")
     assert find_revision("When is the Kyoto trip?", moved) is not None
     for q in ("When did the Kyoto trip happen?", "When was the Kyoto trip first planned?",
-              "How many days are there between the two Kyoto trip dates?", "Have I ever booked the Kyoto trip?"):
+              "How many days are there between the two Kyoto trip dates?",
+              "Have I ever booked the Kyoto trip?"):
         assert find_revision(q, moved) is None, q
