@@ -27,6 +27,7 @@ from suffice import EngineConfig, Memory
 from suffice._bench.metrics import token_f1
 from suffice._cli import cached_reader
 from suffice._datasets.beam import default_path, load_beam
+from suffice._route.features import context_seqs
 from suffice._updates import find_revision
 
 _STATE = re.compile(r"should (?:state|mention|include|say)[^:]*:\s*(.+)", re.IGNORECASE)
@@ -65,7 +66,7 @@ def main() -> None:
     for c in convs:
         for q in c.questions:
             ctx = mem.render(q.question, 1000, scope=c.scope)
-            seqs = sorted({s for p in ctx.parts for s in p.seqs})
+            seqs = context_seqs(ctx.parts)
             asked[q.ability] += 1
             fired[q.ability] += find_revision(q.question, mem.store.items(c.scope, seqs)) is not None
     print("fires on the 1k context, by ability:",

@@ -34,7 +34,7 @@ from ._pipeline import ModuleReceipt, TieredAgent
 from ._prompts import Style, aggregate_messages, answer_messages, deep_context, style_for_evidence
 from ._render import Renderer
 from ._retrieve import Ranking, Retriever
-from ._route.features import OUTSIDE
+from ._route.features import OUTSIDE, context_seqs
 from ._route.sufficiency import (
     RouterDecision,
     RouterInput,
@@ -522,7 +522,7 @@ class Engine:
         dated style answers "as of" a date, a request is told to point out conflicts."""
         if not config.state_updates or style != "conversation":
             return ""
-        seqs = sorted({q for p in parts for q in p.seqs})
+        seqs = context_seqs(parts)
         found = find_revision(question, self.store.items(scope, seqs)) if seqs else None
         if found is None:
             return ""

@@ -52,18 +52,6 @@ _NOT_OBJECTS = frozenset({"it", "them", "this", "that", "these", "those", "step"
 _THOUSANDS = re.compile(r"(\b(?:step|turn)\s*(?:#\s*)?)(\d{1,3}(?:,\d{3})+)(?![\d,])", re.IGNORECASE)
 """One step written with thousands separators ("step 1,200"); after the plural it is a list
 ("steps 120,121,122")."""
-_DIGITS = len(str(2**63 - 1))
-
-
-def _joined(text: str) -> str:
-    """``text`` with "step 1,200" written "step 1200", so every reader of it sees one step."""
-    return _THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), text)
-
-
-def _num(digits: str) -> int:
-    """A step number; one longer than any store's integers reads as MAX_STEP + 1, which no
-    lookup takes (``int`` refuses strings of over 4,300 digits outright)."""
-    return int(digits) if len(digits) <= _DIGITS else MAX_STEP + 1
 _BEFORE = re.compile(r"\bbefore\s+(?:steps?|turns?)\s*(?:#\s*)?(\d+)", re.IGNORECASE)
 
 MAX_SPAN = 20
@@ -75,6 +63,18 @@ MAX_IMPLIED = 20
 
 MAX_STEP = 2**63 - 1
 """Steps past this are not looked up (a store's integers end here)."""
+
+
+def _joined(text: str) -> str:
+    """``text`` with "step 1,200" written "step 1200", so every reader of it sees one step."""
+    return _THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), text)
+
+
+def _num(digits: str) -> int:
+    """A step number; one longer than any store's integers reads as MAX_STEP + 1, which no
+    lookup takes (``int`` refuses strings of over 4,300 digits outright)."""
+    return int(digits) if len(digits) <= len(str(MAX_STEP)) else MAX_STEP + 1
+
 
 FOLLOWING_STEPS = 5
 """Steps after each named one that a question about what came next gets (:func:`implied_steps`).
