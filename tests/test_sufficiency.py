@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -222,6 +223,29 @@ def test_the_onnx_router_scores_like_the_network(trained):
     assert d.score == pytest.approx(float(predict(net, [nat])[0]), abs=0.02)
 
 
+def test_tau_is_calibrated_on_the_scores_the_exported_model_gives(trained, tmp_path):
+    import shutil
+
+    from suffice._train.router import RouterTrainConfig, calibrate_on, predict_exported, recalibrate_exported
+
+    mem, ex, _net, report, out = trained
+    folder = Path(shutil.copytree(out, tmp_path / "router"))
+    cfg = RouterTrainConfig(eval_budget=1000)
+    card = recalibrate_exported(folder, ex, cfg)
+    onnx_scores = predict_exported(folder, ex)
+    assert card["tau"] == calibrate_on(onnx_scores.tolist(), ex, cfg)[0]
+    assert card["tau_fp32"] == report.tau and TrainedRouter(folder).tau == card["tau"]
+    # predict_exported is the runtime's score: the same context scored by TrainedRouter agrees.
+    router = TrainedRouter(folder)
+    eng = Engine(mem.store, mem.retriever, mem.renderer, ScriptedLLM("x"), router=router)
+    q = _questions(mem)[1]
+    inp = eng.route_input(q.query, scope="dana", config=mem.engine_config, retrieval=mem.retrieval,
+                          render=mem.render_config)
+    nat = next(e for e in build(mem, [q], "demo", DataConfig(budgets=(1000,), interventions=False))
+               if e.kind == "natural")
+    assert router.score(inp).score == pytest.approx(float(predict_exported(folder, [nat])[0]), abs=1e-5)
+
+
 def test_the_card_carries_tau_features_and_encoder(trained):
     _mem, _ex, _net, report, out = trained
     card = json.loads((out / "card.json").read_text())
@@ -280,6 +304,24 @@ def test_auto_mode_uses_the_router_from_the_environment_and_its_tau(trained, mon
         fresh.close()
 
 
+def test_a_router_used_at_another_budget_than_it_was_trained_on_says_so(trained, tmp_path):
+    import shutil
+    mem, _ex, _net, _report, out = trained
+    folder = Path(shutil.copytree(out, tmp_path / "router"))
+    card = json.loads((folder / "card.json").read_text())
+    (folder / "card.json").write_text(json.dumps({**card, "budget": 1000}))
+    router = TrainedRouter(folder)
+    assert router.trained_budget == 1000
+    llm = ScriptedLLM("<answer>Figo</answer>")
+    q = "What is the name of Dana's cat?"
+    same = mem.ask(q, scope="dana", llm=llm, mode="auto", router=router,
+                   engine=EngineConfig(reader_budget=1000)).receipt
+    other = mem.ask(q, scope="dana", llm=llm, mode="auto", router=router,
+                    engine=EngineConfig(reader_budget=500)).receipt
+    assert not any("trained and calibrated on" in n for n in same.notes)
+    assert any("1000-token contexts" in n and "made for 500" in n for n in other.notes)
+
+
 def test_a_router_trained_on_another_encoder_is_not_the_default(trained, monkeypatch):
     _mem, _ex, _net, _report, out = trained
     monkeypatch.setenv("SUFFICE_ROUTER", str(out))
@@ -302,7 +344,7 @@ def test_a_memory_without_vectors_is_sent_deep_not_scored_on_zeros(trained, tmp_
 
 
 @pytest.mark.parametrize("field,value", [("tau", None), ("tau", "0.6x"), ("tau", 7), ("dim", "384d"),
-                                         ("element_features", None)])
+                                         ("element_features", None), ("budget", "1k"), ("budget", 0)])
 def test_a_card_with_a_bad_value_is_a_model_file_error(trained, tmp_path, field, value):
     from suffice import ModelFileError
     _mem, _ex, _net, _report, out = trained

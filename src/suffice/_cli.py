@@ -1610,7 +1610,10 @@ def train_router_cmd(
             tr = [e for e in examples if e.group in set(train_groups)]
             va = [e for e in examples if e.group in set(val_groups)]
             net, rep = rt.train(tr, va, cfg, report)
-        card = {"encoder": getattr(encoder, "name", "") or _default_encoder_name(),
+        if not va:
+            say("warning: one history only, so none is held out for validation: the checkpoint is the "
+                f"last epoch and tau is the default {rep.tau}, not calibrated (train on two or more)")
+        card = {"tau_calibrated": bool(va), "encoder": getattr(encoder, "name", "") or _default_encoder_name(),
                 "datasets": datasets, "excluded": sorted(exclude or []), "trained_on": train_groups,
                 "validation": val_groups, "budget": budget, "target": target, "data": summary,
                 "train_config": {f: getattr(cfg, f) for f in cfg.__dataclass_fields__},
@@ -1620,10 +1623,12 @@ def train_router_cmd(
                 "licence": "weights derived from: " + "; ".join(LICENCES[d] for d in datasets)
                            + ". Share and use them only as all of these allow."}
         rt.export_router(net, out_dir, card)
+        # tau from the exported (int8) model's scores, the ones the runtime compares with it
+        card = rt.recalibrate_exported(out_dir, va, cfg)
         say(f"trained on {len(tr)} contexts of {len(train_groups)} histories in {rep.seconds:.0f} s "
             f"(data {built_s:.0f} s); validation AUC "
             f"{rep.val_auc if rep.val_auc is not None else float('nan'):.3f}, "
-            f"tau {rep.tau:.3f}; wrote {out_dir}")
+            f"tau {card['tau']:.3f} (fp32 network: {rep.tau:.3f}); wrote {out_dir}")
         if cv is not None:
             say(f"cross-validated ({folds} folds by history): mean AUC {cv['mean_auc']:.3f}, "
                 f"pooled {cv['pooled_auc']:.3f}")

@@ -247,6 +247,11 @@ class Engine:
             path = "fast" if decision.ok and decision.score >= tau else "deep"
             if not decision.ok:
                 notes.append(decision.reason)
+            trained_on = getattr(self.router, "trained_budget", None)
+            if decision.ok and isinstance(trained_on, int) and trained_on != budget:
+                notes.append(f"the router was trained and calibrated on {trained_on}-token contexts; "
+                             f"this one was made for {budget}, so its score and tau are read out of "
+                             "their range")
             if path == "fast" and config.stop_reader == "deep" and self.deep_llm is not None \
                     and self.tiered is None:
                 # The deep model reads the fast budget: the stop saves the wider evidence only.

@@ -426,17 +426,53 @@ def train(train_set: Sequence[SufficiencyExample], val_set: Sequence[Sufficiency
     if val:
         scores = predict(net, val).tolist()
         report.val_auc = auc(scores, [e.label for e in val])
-        if config.calibrate_on == "width":
-            known = [(s, not e.wider_adds) for s, e in zip(scores, val, strict=True)
-                     if e.wider_adds is not None]
-            if not known:
-                raise ValueError("calibrate_on='width' needs validation renders at twice the budget")
-            on_scores, on_labels = [s for s, _ in known], [y for _, y in known]
-        else:
-            on_scores, on_labels = scores, [e.label for e in val]
-        report.tau, report.val_early_rate, report.val_precision = calibrate(
-            on_scores, on_labels, config.precision, config.stop_rate)
+        report.tau, report.val_early_rate, report.val_precision = calibrate_on(scores, val, config)
     return net, report
+
+
+def calibrate_on(scores: Sequence[float], val: Sequence[SufficiencyExample],
+                 config: RouterTrainConfig) -> tuple[float, float, float]:
+    """:func:`calibrate` against what ``config.calibrate_on`` names: the training label, or
+    whether the wider render adds evidence (examples without that answer left out)."""
+    if config.calibrate_on == "width":
+        known = [(s, not e.wider_adds) for s, e in zip(scores, val, strict=True)
+                 if e.wider_adds is not None]
+        if not known:
+            raise ValueError("calibrate_on='width' needs validation renders at twice the budget")
+        return calibrate([s for s, _ in known], [y for _, y in known], config.precision, config.stop_rate)
+    return calibrate(scores, [e.label for e in val], config.precision, config.stop_rate)
+
+
+def predict_exported(out_dir: Path, examples: Sequence[SufficiencyExample], batch: int = 256) -> np.ndarray:
+    """Scores of the exported ONNX model (int8-stored weights), as the runtime computes them."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(out_dir / MODEL), providers=["CPUExecutionProvider"])
+    out = [np.asarray(sess.run(None, batch_arrays(examples[b:b + batch]))[0]).reshape(-1)
+           for b in range(0, len(examples), batch)]
+    return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+def recalibrate_exported(out_dir: Path, val: Sequence[SufficiencyExample],
+                         config: RouterTrainConfig) -> dict[str, Any]:
+    """Calibrate tau again on the exported model's own scores and write it into the card.
+
+    The runtime reads int8-stored weights, whose scores differ from the training network's by
+    about 0.01: a tau fit to the fp32 scores can sit on the wrong side of a few validation
+    contexts. The card keeps the fp32 figure as ``tau_fp32``."""
+    card_path = out_dir / CARD
+    card: dict[str, Any] = json.loads(card_path.read_text(encoding="utf-8"))
+    if not val:
+        return card
+    scores = predict_exported(out_dir, val).tolist()
+    tau, early, prec = calibrate_on(scores, val, config)
+    card["tau_fp32"] = card.get("tau")
+    card["tau"] = tau
+    card["val_auc_exported"] = auc(scores, [e.label for e in val])
+    if isinstance(card.get("report"), dict):
+        card["report"] = {**card["report"], "tau": tau, "val_early_rate": early, "val_precision": prec}
+    card_path.write_text(json.dumps(card, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return card
 
 
 def export_router(net: Any, out_dir: Path, card: dict[str, Any]) -> Path:
