@@ -1613,8 +1613,9 @@ def train_router_cmd(
         if not va:
             say("warning: one history only, so none is held out for validation: the checkpoint is the "
                 f"last epoch and tau is the default {rep.tau}, not calibrated (train on two or more)")
-        card = {"tau_calibrated": bool(va), "encoder": getattr(encoder, "name", "") or _default_encoder_name(),
-                "datasets": datasets, "excluded": sorted(exclude or []), "trained_on": train_groups,
+        card = {"encoder": getattr(encoder, "name", "") or _default_encoder_name(),
+                "tau_calibrated": bool(va), "datasets": datasets, "excluded": sorted(exclude or []),
+                "trained_on": train_groups,
                 "validation": val_groups, "budget": budget, "target": target, "data": summary,
                 "train_config": {f: getattr(cfg, f) for f in cfg.__dataclass_fields__},
                 "report": rep.summary(), "history": rep.history, "cross_validation": cv,
