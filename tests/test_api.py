@@ -375,3 +375,41 @@ def test_a_memory_takes_a_path_a_url_or_an_opened_store_and_refuses_anything_els
     with pytest.raises(TypeError, match="not object"):
         Memory(object(), embedder=None)  # type: ignore[arg-type]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["own.db"]  # no file named after it
+
+
+def test_a_rebuild_by_another_process_is_taken_up_before_the_next_write(tmp_path, embedder):
+    path = tmp_path / "m.db"
+    server = Memory(path, store_config=StoreConfig(unit_tokens=2000), embedder=embedder)
+    server.add(NewItem(text="the river gauge read 3.1 metres", session="s"), scope="x")
+    # Another process (here: another Memory on the same file) rebuilds with smaller pieces.
+    with Memory(path, store_config=StoreConfig(unit_tokens=2000, piece_max_tokens=8),
+                embedder=embedder, rebuild=True):
+        pass
+    long = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    server.add(NewItem(text=long, session="s"), scope="x")
+    assert server.store_config.piece_max_tokens == 8
+    seq = server.items(scope="x")[-1].seq
+    assert len(server.store.pieces("x", [seq])[seq]) > 1  # cut under the new settings
+    server.close()
+
+
+def test_a_restricted_view_follows_its_memory_through_a_rebuild(tmp_path, embedder):
+    mem = Memory(tmp_path / "m.db", embedder=embedder)
+    view = mem.restrict(["x"])
+    mem.rebuild(StoreConfig(piece_max_tokens=8))
+    assert view.store_config.piece_max_tokens == 8 and view.retriever is mem.retriever
+    view.add(NewItem(text="the river gauge read 3.1 metres at the weir", session="s"), scope="x")
+    assert view.search("river gauge", scope="x").hits
+    mem.close()
+
+
+def test_a_rebuild_for_another_encoder_stops_a_memory_with_the_old_one(tmp_path, embedder):
+    from suffice import StoreConfigError
+    from suffice._embed.hashing import HashEmbedder
+    path = tmp_path / "m.db"
+    server = Memory(path, embedder=embedder)
+    server.add("the river gauge read 3.1 metres", scope="x")
+    Memory(path, embedder=HashEmbedder(), rebuild=True).close()
+    with pytest.raises(StoreConfigError, match="rebuilt for encoder 'hash-64'"):
+        server.search("river", scope="x")
+    server.close()

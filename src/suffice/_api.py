@@ -205,6 +205,28 @@ def _check_count(value: object, name: str, *, allow_none: bool = True) -> int | 
     return value
 
 
+
+@dataclass(frozen=True, slots=True)
+class _Composed:
+    """What a memory builds from its store config."""
+
+    config: StoreConfig
+    retriever: Retriever
+    records: RecordIndex
+    renderer: Renderer
+
+
+class _Shared:
+    """The composed parts of one memory and its views (:meth:`Memory.restrict` copies the
+    memory, not this), replaced as a whole when the store config changes."""
+
+    __slots__ = ("lock", "parts")
+
+    def __init__(self, parts: _Composed) -> None:
+        self.parts = parts
+        self.lock = threading.RLock()
+
+
 class Memory:
     """Long-term memory over one store: write once, verbatim; read what each query needs.
 
@@ -312,13 +334,57 @@ class Memory:
         return saved if not diff else target
 
     def _compose(self, config: StoreConfig) -> None:
-        old = getattr(self, "_retriever", None)
-        if old is not None:
-            old.close()
-        self.store_config = config
-        self._retriever = Retriever(self._store, self.embedder, config, self.reranker)
-        self._records = RecordIndex(self._store, self._retriever, config, self._record_writer)
-        self._renderer = Renderer(self._store, self._retriever, self._records)
+        """The parts built from the store config, replaced in the one holder this memory and
+        every view of it share, so a rebuild reaches them all."""
+        retriever = Retriever(self._store, self.embedder, config, self.reranker)
+        records = RecordIndex(self._store, retriever, config, self._record_writer)
+        parts = _Composed(config, retriever, records, Renderer(self._store, retriever, records))
+        holder = getattr(self, "_shared", None)
+        if holder is None:
+            self._shared = _Shared(parts)
+            return
+        old, holder.parts = holder.parts, parts
+        old.retriever.close()
+
+    def _sync(self) -> None:
+        """Take up a store config that another process saved (its ``rebuild``) since this
+        memory composed its parts: without it a long-running server would keep cutting pieces,
+        units and records under the old settings. One small read per call."""
+        raw = self._store.load_config()
+        if raw is None:
+            return
+        holder = self._shared
+        try:
+            saved = StoreConfig(**raw)
+        except ConfigError as exc:
+            raise StoreConfigError(f"store {self._store.path} holds an unreadable config ({exc})") from None
+        if not saved.changed(holder.parts.config):
+            return
+        with holder.lock:
+            if not saved.changed(holder.parts.config):  # another thread took it up meanwhile
+                return
+            if self.embedder is not None and saved.encoder and saved.encoder != self.embedder.name:
+                raise StoreConfigError(
+                    f"store {self._store.path} was rebuilt for encoder {saved.encoder!r} since this "
+                    f"memory opened it with {self.embedder.name!r}; open it again with that encoder")
+            self._compose(saved)
+
+    @property
+    def store_config(self) -> StoreConfig:
+        """The settings the store's views were derived with (saved in the store)."""
+        return self._shared.parts.config
+
+    @property
+    def _retriever(self) -> Retriever:
+        return self._shared.parts.retriever
+
+    @property
+    def _records(self) -> RecordIndex:
+        return self._shared.parts.records
+
+    @property
+    def _renderer(self) -> Renderer:
+        return self._shared.parts.renderer
 
     @property
     def path(self) -> str:
@@ -368,15 +434,20 @@ class Memory:
 
     def _ident(self, scope: str | None, user_id: str | None, agent_id: str | None,
                run_id: str | None) -> Identity:
+        """The scope a call names, checked against the grant; every call on a scope passes
+        here first, so it is also where a rebuild by another process is taken up."""
         ident = identity(scope, user_id, agent_id, run_id)
         if self._grant is not None:
             self._grant.check(ident.scope)
+        self._sync()
         return ident
 
-    def _need_all(self, what: str) -> None:
+    def _need_all(self, what: str, *, sync: bool = True) -> None:
         if self._grant is not None and not self._grant.everything:
             raise AccessDeniedError(f"{what} touches every scope of the store; this memory is "
                                     "restricted to some of them")
+        if sync:
+            self._sync()
 
     def close(self) -> None:
         """Stop worker threads and close the store; the object is unusable afterwards.
@@ -539,11 +610,16 @@ class Memory:
         version that wrote them. ``records=True`` writes every closed unit's record and links
         again (a newer record format, or a record writer set since); with an LLM writer set,
         that is one model call per unit."""
-        self._need_all("rebuild")
-        new = (store_config or self.store_config)
+        self._need_all("rebuild", sync=False)  # it imposes its own config
+        with self._shared.lock:  # no call takes up the saved config halfway through
+            return self._rebuild(store_config, records)
+
+    def _rebuild(self, store_config: StoreConfig | None, records: bool) -> dict[str, int]:
+        saved_raw = self._store.load_config()
+        # The current config is the saved one, which another process may have rebuilt to.
+        new = store_config or (StoreConfig(**saved_raw) if saved_raw else self.store_config)
         if self.embedder is not None:
             new = new.replace(encoder=self.embedder.name, encoder_dim=self.embedder.dim)
-        saved_raw = self._store.load_config()
         old = StoreConfig(**saved_raw) if saved_raw else new
         diff = old.changed(new)
         self._compose(new)
