@@ -220,11 +220,13 @@ class _Shared:
     """The composed parts of one memory and its views (:meth:`Memory.restrict` copies the
     memory, not this), replaced as a whole when the store config changes."""
 
-    __slots__ = ("lock", "parts")
+    __slots__ = ("lock", "parts", "seen")
 
     def __init__(self, parts: _Composed) -> None:
         self.parts = parts
         self.lock = threading.RLock()
+        self.seen: dict[str, Any] | None = None
+        """The saved config as last read and found to match ``parts`` (skips re-parsing it)."""
 
 
 class Memory:
@@ -351,14 +353,15 @@ class Memory:
         memory composed its parts: without it a long-running server would keep cutting pieces,
         units and records under the old settings. One small read per call."""
         raw = self._store.load_config()
-        if raw is None:
-            return
         holder = self._shared
+        if raw is None or raw == holder.seen:
+            return
         try:
             saved = StoreConfig(**raw)
         except ConfigError as exc:
             raise StoreConfigError(f"store {self._store.path} holds an unreadable config ({exc})") from None
         if not saved.changed(holder.parts.config):
+            holder.seen = raw
             return
         with holder.lock:
             if not saved.changed(holder.parts.config):  # another thread took it up meanwhile
