@@ -14,7 +14,8 @@ from suffice import EngineConfig, Memory
 from suffice._engine import Engine
 from suffice._llm import ScriptedLLM
 from suffice._route import RouterInput, TrainedRouter, default_router
-from suffice._route.features import ELEMENT_FEATURES, GLOBAL_FEATURES, extract, stem
+from suffice._route.features import ELEMENT_FEATURES, GLOBAL_FEATURES, extract
+from suffice._text import stem
 from suffice._train.pairs import Question
 from suffice._train.sufficiency_data import (
     DataConfig,

@@ -36,6 +36,15 @@ def query_terms(text: str) -> list[str]:
     return out
 
 
+def stem(word: str) -> str:
+    """A crude English stem (plural and verb endings), enough to match "ran"/"runs" no better
+    than BM25's porter stemmer does, but "painting"/"paintings"/"painted" alike."""
+    for suffix in ("ings", "ing", "ies", "ied", "es", "ed", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
+    return word
+
+
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Character spans of the sentences (or lines) of ``text``; they cover it without gaps."""
     spans: list[tuple[int, int]] = []

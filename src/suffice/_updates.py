@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ._text import query_terms, words
+from ._text import query_terms, stem, words
 from ._types import Item
 
 REVISION = re.compile(
@@ -65,14 +65,10 @@ class Revision:
                 f"on {', '.join(self.topic)}")
 
 
-def _stem(word: str) -> str:
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
-
-
 def _topic(question: str, names: Iterable[str]) -> set[str]:
     """The question's content words, less the names of the people speaking."""
-    skip = {_stem(w) for n in names for w in words(n)}
-    return {_stem(w) for w in query_terms(question) if len(w) > 2 and _stem(w) not in skip}
+    skip = {stem(w) for n in names for w in words(n)}
+    return {stem(w) for w in query_terms(question) if len(w) > 2 and stem(w) not in skip}
 
 
 def asks_current(question: str) -> bool:
@@ -95,7 +91,7 @@ def find_revision(question: str, items: Sequence[Item]) -> Revision | None:
     topic = _topic(question, {it.speaker for it in ordered if it.speaker})
     if not topic:
         return None
-    on_topic = [(it, topic & {_stem(w) for w in words(it.text)}) for it in ordered]
+    on_topic = [(it, topic & {stem(w) for w in words(it.text)}) for it in ordered]
     for i in range(len(on_topic) - 1, 0, -1):
         later, shared = on_topic[i]
         if not shared or not REVISION.search(later.text):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._retrieve import Ranking
-from .._text import query_terms, words
+from .._text import query_terms, stem, words
 from .._times import MONTHS, WEEKDAYS, day_of
 from .._types import ContextPart, Item
 
@@ -140,15 +140,6 @@ class RouterFeatures:
     """(len(GLOBAL_FEATURES),)."""
     seqs: tuple[int, ...]
     """The items, in row order."""
-
-
-def stem(word: str) -> str:
-    """A crude English stem (plural and verb endings), enough to match "ran"/"runs" no better
-    than BM25's porter stemmer does, but "painting"/"paintings"/"painted" alike."""
-    for suffix in ("ings", "ing", "ies", "ied", "es", "ed", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
-    return word
 
 
 def context_seqs(parts: Sequence[ContextPart]) -> list[int]:
