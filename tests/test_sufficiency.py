@@ -90,8 +90,26 @@ def test_verification_drops_only_negatives_the_model_still_answers(examples):
     negatives = [e for e in examples if not e.label and e.kind in ("drop_all", "drop_part")]
     assert negatives and dropped == len(negatives) and len(kept) == len(examples) - dropped
     assert all(e.label or e.kind not in ("drop_all", "drop_part") for e in kept)
-    kept, dropped = verify(examples, ScriptedLLM(lambda messages: "<answer>no idea</answer>"), token_f1)
+    seen: list[tuple[int, int]] = []
+    kept, dropped = verify(examples, ScriptedLLM(lambda messages: "<answer>no idea</answer>"), token_f1,
+                           progress=lambda done, total: seen.append((done, total)))
     assert dropped == 0 and len(kept) == len(examples)
+    # One tick per model call, each saying how many calls there are in all.
+    assert seen == [(i + 1, len(negatives)) for i in range(len(negatives))]
+
+
+def test_model_written_rationales_replace_the_built_ones_and_count_their_calls(examples):
+    from suffice._train.sufficiency_data import llm_rationales
+
+    some = examples[:3]
+    seen: list[tuple[int, int]] = []
+    out = llm_rationales(some, ScriptedLLM("The context shows the date but not the place."),
+                         progress=lambda done, total: seen.append((done, total)))
+    assert [e.rationale for e in out] == ["The context shows the date but not the place."] * 3
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    # An empty reply keeps the rationale built from the annotations.
+    kept = llm_rationales(some, ScriptedLLM(" "))
+    assert [e.rationale for e in kept] == [e.rationale for e in some]
 
 
 def test_an_exclusion_that_names_no_history_is_refused(tmp_path):

@@ -1596,10 +1596,11 @@ def train_router_cmd(
             if verify_model:
                 from ._bench.metrics import token_f1
                 examples, dropped = sd.verify(examples, make_llm("local", model_path=verify_model), token_f1,
-                                              progress=lambda n: None)
+                                              progress=lambda done, total: report("verify", done, total))
                 say(f"verification dropped {dropped} negative(s) the model still answered")
             if rationale_model:
-                examples = sd.llm_rationales(examples, make_llm("local", model_path=rationale_model))
+                examples = sd.llm_rationales(examples, make_llm("local", model_path=rationale_model),
+                                             progress=lambda done, total: report("rationales", done, total))
             if target == "width":
                 examples = sd.width_examples(examples)
             built_s = time.perf_counter() - t0

@@ -256,17 +256,19 @@ def width_examples(examples: Sequence[SufficiencyExample]) -> list[SufficiencyEx
 def verify(examples: Sequence[SufficiencyExample], llm: LLM, score: Callable[[str, str], float], *,
            threshold: float = 0.5, kinds: Iterable[str] = ("drop_all", "drop_part"),
            max_tokens: int = 48,
-           progress: Callable[[int], None] | None = None) -> tuple[list[SufficiencyExample], int]:
+           progress: Callable[[int, int], None] | None = None) -> tuple[list[SufficiencyExample], int]:
     """The examples without the intervened negatives ``llm`` still answers correctly
     (``score(answer, reference)``, e.g. token F1, at least ``threshold``), and how many were
-    dropped."""
+    dropped. ``progress(done, total)`` counts the model calls."""
     from .._llm.parse import extract_answer
 
     wanted = set(kinds)
+    asked = [not ex.label and ex.kind in wanted and bool(ex.answer) for ex in examples]
+    total, done = sum(asked), 0
     kept: list[SufficiencyExample] = []
     dropped = 0
-    for ex in examples:
-        if ex.label or ex.kind not in wanted or not ex.answer:
+    for ex, ask in zip(examples, asked, strict=True):
+        if not ask:
             kept.append(ex)
             continue
         reply = llm.chat(answer_messages(ex.query, ex.text), max_tokens=max_tokens, stage="verify",
@@ -275,15 +277,17 @@ def verify(examples: Sequence[SufficiencyExample], llm: LLM, score: Callable[[st
             dropped += 1
         else:
             kept.append(ex)
+        done += 1
         if progress is not None:
-            progress(1)
+            progress(done, total)
     return kept, dropped
 
 
 def llm_rationales(examples: Sequence[SufficiencyExample], llm: LLM, *, max_tokens: int = 80,
-                   progress: Callable[[int], None] | None = None) -> list[SufficiencyExample]:
+                   progress: Callable[[int, int], None] | None = None) -> list[SufficiencyExample]:
     """The examples with rationales written by ``llm``: told the verdict and the annotated
-    evidence, it explains in two sentences what the context shows and what is missing."""
+    evidence, it explains in two sentences what the context shows and what is missing.
+    ``progress(done, total)`` counts the model calls."""
     from .._prompts import rationale_messages
 
     out = []
@@ -292,7 +296,7 @@ def llm_rationales(examples: Sequence[SufficiencyExample], llm: LLM, *, max_toke
                          max_tokens=max_tokens, stage="rationale", ledger=Ledger()).text.strip()
         out.append(replace(ex, rationale=reply or ex.rationale))
         if progress is not None:
-            progress(1)
+            progress(len(out), len(examples))
     return out
 
 
