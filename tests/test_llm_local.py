@@ -152,6 +152,25 @@ def test_local_chat_answers(smol: LocalLlama) -> None:
 
 
 @pytest.mark.llm
+def test_a_prompt_longer_than_the_window_widens_it_up_to_what_the_model_was_trained_on() -> None:
+    from suffice import ProviderError
+
+    small = LocalLlama(smollm2_path(), n_ctx=512, n_threads=2)
+    notes = " ".join(f"Gauge {i} read {i % 7}.{i % 10} metres on day {i}." for i in range(120))
+    ask = [{"role": "user", "content": notes + " What did gauge 3 read? Answer briefly."}]
+    need = len(small.prompt_tokens(ask)) + 8
+    assert need > 512
+    out = small.chat(ask, max_tokens=8)  # a 512-token window would refuse it
+    assert out.text and need <= small.n_ctx <= small._llm._model.n_ctx_train()
+    # Past the model's own context length nothing is loaded: the call fails with a clear error.
+    trained = small._llm._model.n_ctx_train()
+    huge = [{"role": "user", "content": "word " * (trained + 100)}]
+    with pytest.raises(ProviderError, match="context window"):
+        small.chat(huge, max_tokens=4)
+    assert small.n_ctx < trained + 100
+
+
+@pytest.mark.llm
 def test_the_first_call_under_a_deadline_is_judged_by_a_probe_not_run_blind() -> None:
     import time
 
@@ -253,7 +272,7 @@ def test_a_call_cut_by_the_deadline_bills_the_prompt_it_read() -> None:
     llm = LocalLlama.__new__(LocalLlama)
     llm.model, llm.endpoint, llm.price = "stand", "local:stand", Price(1.0, 1.0)
     llm._lock, llm._llm, llm._llama_cpp = threading.Lock(), Stand(), Cpp()
-    llm._s_per_token, llm._probed = 1e-9, False
+    llm._s_per_token, llm._probed, llm.n_ctx = 1e-9, False, 4096
     ledger = Ledger()
     with pytest.raises(DeadlineError, match="during generation"):
         llm.chat([{"role": "user", "content": "hi"}], max_tokens=50, ledger=ledger,

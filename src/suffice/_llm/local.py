@@ -84,19 +84,10 @@ class LocalLlama:
         """Which weights answer: two files of one name (q4 and q8) are cached apart."""
         self._lock = threading.Lock()
         self._llama_cpp = llama_cpp
-        try:
-            self._llm = llama_cpp.Llama(
-                model_path=str(self.path),
-                n_ctx=n_ctx,
-                n_threads=n_threads,
-                seed=seed,
-                logits_all=False,
-                verbose=verbose,
-            )
-        except Exception as exc:
-            raise ProviderError(f"llama.cpp could not load {self.path}: {exc}",
-                                endpoint=self.endpoint) from exc
+        self._load_args = {"n_threads": n_threads, "seed": seed, "logits_all": False, "verbose": verbose}
+        self._llm = self._load(n_ctx)
         self.n_ctx = n_ctx
+        """The context window now allocated; it grows when a prompt needs more (:meth:`_room`)."""
         self._formatter = self._make_formatter()
         self._s_per_token: float | None = None
         """Measured seconds per token of recent calls (None until the first call ends)."""
@@ -106,6 +97,30 @@ class LocalLlama:
 
     def __repr__(self) -> str:
         return f"LocalLlama(model={self.model!r}, path={str(self.path)!r})"
+
+    def _load(self, n_ctx: int) -> Any:
+        try:
+            return self._llama_cpp.Llama(model_path=str(self.path), n_ctx=n_ctx, **self._load_args)
+        except Exception as exc:
+            raise ProviderError(f"llama.cpp could not load {self.path}: {exc}",
+                                endpoint=self.endpoint) from exc
+
+    def _room(self, messages: Sequence[Message], max_tokens: int) -> None:
+        """Widen the context window when this prompt and its reply would not fit, up to what
+        the model was trained on: a budget of 4k tokens must not fail on a 4,096-token default.
+        The model is loaded again (about a second); the window then stays wide. Called with the
+        model's lock held."""
+        if count_message_tokens(messages) * 1.5 + max_tokens + 64 < self.n_ctx:
+            return  # far inside, whatever the tokenizer: no need to format and count exactly
+        need = len(self.prompt_tokens(messages)) + max_tokens
+        if need <= self.n_ctx:
+            return
+        trained = int(self._llm._model.n_ctx_train()) if hasattr(self._llm, "_model") else self.n_ctx
+        if need > trained:
+            return  # llama.cpp refuses it with a message naming both sizes
+        wider = min(trained, max(2 * self.n_ctx, -(-need // 1024) * 1024))
+        self._llm = self._load(wider)  # the old instance is freed once no call holds it
+        self.n_ctx = wider
 
     def _make_formatter(self) -> Any:
         """The model's own chat template, rendered the way create_chat_completion renders it."""
@@ -224,6 +239,7 @@ class LocalLlama:
                     raise DeadlineError(
                         f"{self.endpoint}: {left:.1f} s are left before the query's deadline and a prompt "
                         f"this long takes about {need:.1f} s here; not started", endpoint=self.endpoint)
+            self._room(messages, max_tokens)
             yield
         finally:
             self._lock.release()
