@@ -413,3 +413,40 @@ def test_a_rebuild_for_another_encoder_stops_a_memory_with_the_old_one(tmp_path,
     with pytest.raises(StoreConfigError, match="rebuilt for encoder 'hash-64'"):
         server.search("river", scope="x")
     server.close()
+
+
+def test_a_read_during_a_rebuild_waits_for_it_instead_of_restoring_the_old_config(tmp_path, embedder):
+    with Memory(tmp_path / "m.db", embedder=embedder) as writer:
+        writer.add([NewItem(text=f"gauge {i} read {i} metres at the weir", session="s") for i in range(5)],
+                   scope="x")
+    mem = Memory(tmp_path / "m.db", embedder=embedder)  # the reader below is its first call
+    inside = threading.Event()
+    slow = mem.store.rebuild_pieces
+
+    def rebuild_pieces(*args, **kwargs):  # type: ignore[no-untyped-def]
+        inside.set()
+        threading.Event().wait(0.5)  # hold the rebuild open while another thread reads
+        return slow(*args, **kwargs)
+
+    mem.store.rebuild_pieces = rebuild_pieces  # type: ignore[method-assign]
+    rebuild = threading.Thread(target=mem.rebuild, args=(StoreConfig(piece_max_tokens=8),))
+    rebuild.start()
+    inside.wait(10)
+    reader = threading.Thread(target=mem.items, kwargs={"scope": "x"})
+    reader.start()
+    rebuild.join()
+    reader.join()
+    assert mem.store_config.piece_max_tokens == 8 == mem.store.load_config()["piece_max_tokens"]
+    mem.close()
+
+
+def test_a_config_restored_by_another_process_after_a_rebuild_here_is_taken_up(tmp_path, embedder):
+    path = tmp_path / "m.db"
+    mem = Memory(path, embedder=embedder)
+    mem.add("the river gauge read 3.1 metres", scope="x")
+    first = mem.store_config.piece_max_tokens
+    mem.rebuild(StoreConfig(piece_max_tokens=8))
+    Memory(path, store_config=StoreConfig(piece_max_tokens=first), embedder=embedder, rebuild=True).close()
+    mem.items(scope="x")
+    assert mem.store_config.piece_max_tokens == first
+    mem.close()

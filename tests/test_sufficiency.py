@@ -254,6 +254,7 @@ def test_tau_is_calibrated_on_the_scores_the_exported_model_gives(trained, tmp_p
     onnx_scores = predict_exported(folder, ex)
     assert card["tau"] == calibrate_on(onnx_scores.tolist(), ex, cfg)[0]
     assert card["tau_fp32"] == report.tau and TrainedRouter(folder).tau == card["tau"]
+    assert recalibrate_exported(folder, ex, cfg)["tau_fp32"] == report.tau  # a rerun keeps it
     # predict_exported is the runtime's score: the same context scored by TrainedRouter agrees.
     router = TrainedRouter(folder)
     eng = Engine(mem.store, mem.retriever, mem.renderer, ScriptedLLM("x"), router=router)

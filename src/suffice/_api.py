@@ -19,6 +19,7 @@ import functools
 import hashlib
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -220,13 +221,16 @@ class _Shared:
     """The composed parts of one memory and its views (:meth:`Memory.restrict` copies the
     memory, not this), replaced as a whole when the store config changes."""
 
-    __slots__ = ("lock", "parts", "seen")
+    __slots__ = ("lock", "parts", "polled", "seen")
 
     def __init__(self, parts: _Composed) -> None:
         self.parts = parts
         self.lock = threading.RLock()
-        self.seen: dict[str, Any] | None = None
-        """The saved config as last read and found to match ``parts`` (skips re-parsing it)."""
+        self.seen: tuple[_Composed, dict[str, Any]] | None = None
+        """(parts, the saved config as read) when that config was found to match those parts:
+        the next call that reads the same config for the same parts skips parsing it."""
+        self.polled = float("-inf")
+        """When the saved config was last read (``time.monotonic``)."""
 
 
 class Memory:
@@ -337,40 +341,61 @@ class Memory:
 
     def _compose(self, config: StoreConfig) -> None:
         """The parts built from the store config, replaced in the one holder this memory and
-        every view of it share, so a rebuild reaches them all."""
+        every view of it share, so a rebuild reaches them all. The retired retriever is not
+        closed: a call that began before may still be ranking with it, and its worker thread
+        ends when it is collected (an index it grew is not saved: it is rebuilt when needed)."""
         retriever = Retriever(self._store, self.embedder, config, self.reranker)
         records = RecordIndex(self._store, retriever, config, self._record_writer)
         parts = _Composed(config, retriever, records, Renderer(self._store, retriever, records))
         holder = getattr(self, "_shared", None)
         if holder is None:
             self._shared = _Shared(parts)
-            return
-        old, holder.parts = holder.parts, parts
-        old.retriever.close()
+        else:
+            holder.parts = parts
+
+    def _saved_config(self) -> tuple[dict[str, Any], StoreConfig] | None:
+        raw = self._store.load_config()
+        if raw is None:
+            return None
+        try:
+            return raw, StoreConfig(**raw)
+        except ConfigError as exc:
+            raise StoreConfigError(f"store {self._store.path} holds an unreadable config ({exc})") from None
 
     def _sync(self) -> None:
         """Take up a store config that another process saved (its ``rebuild``) since this
         memory composed its parts: without it a long-running server would keep cutting pieces,
-        units and records under the old settings. One small read per call."""
-        raw = self._store.load_config()
+        units and records under the old settings. One small read per call (at most one per
+        ``store.config_poll_s`` where a read is a round trip)."""
         holder = self._shared
-        if raw is None or raw == holder.seen:
-            return
-        try:
-            saved = StoreConfig(**raw)
-        except ConfigError as exc:
-            raise StoreConfigError(f"store {self._store.path} holds an unreadable config ({exc})") from None
-        if not saved.changed(holder.parts.config):
-            holder.seen = raw
-            return
-        with holder.lock:
-            if not saved.changed(holder.parts.config):  # another thread took it up meanwhile
+        poll = self._store.config_poll_s
+        if poll > 0:
+            now = time.monotonic()
+            if now - holder.polled < poll:
                 return
-            if self.embedder is not None and saved.encoder and saved.encoder != self.embedder.name:
-                raise StoreConfigError(
-                    f"store {self._store.path} was rebuilt for encoder {saved.encoder!r} since this "
-                    f"memory opened it with {self.embedder.name!r}; open it again with that encoder")
-            self._compose(saved)
+            holder.polled = now
+        parts = holder.parts
+        raw = self._store.load_config()
+        seen = holder.seen
+        if raw is None or (seen is not None and seen[0] is parts and seen[1] == raw):
+            return
+        got = self._saved_config()
+        if got is not None and not got[1].changed(parts.config):
+            holder.seen = (parts, got[0])
+            return
+        with holder.lock:  # read again inside: a rebuild here may have saved while we waited
+            got = self._saved_config()
+            if got is None:
+                return
+            raw, saved = got
+            if saved.changed(holder.parts.config):
+                if self.embedder is not None and saved.encoder and saved.encoder != self.embedder.name:
+                    raise StoreConfigError(
+                        f"store {self._store.path} was rebuilt for encoder {saved.encoder!r} since "
+                        f"this memory opened it with {self.embedder.name!r}; open it again with "
+                        "that encoder")
+                self._compose(saved)
+            holder.seen = (holder.parts, raw)
 
     @property
     def store_config(self) -> StoreConfig:
@@ -614,7 +639,10 @@ class Memory:
         again (a newer record format, or a record writer set since); with an LLM writer set,
         that is one model call per unit."""
         self._need_all("rebuild", sync=False)  # it imposes its own config
-        with self._shared.lock:  # no call takes up the saved config halfway through
+        # Under the parts' lock: a call on this memory that finds the saved config changed
+        # waits for the rebuild to end instead of composing the old config again meanwhile
+        # (calls that find nothing changed go on, and may read views halfway rebuilt).
+        with self._shared.lock:
             return self._rebuild(store_config, records)
 
     def _rebuild(self, store_config: StoreConfig | None, records: bool) -> dict[str, int]:

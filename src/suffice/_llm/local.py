@@ -86,7 +86,7 @@ class LocalLlama:
         self._llama_cpp = llama_cpp
         self._load_args = {"n_threads": n_threads, "seed": seed, "logits_all": False, "verbose": verbose}
         self._llm = self._load(n_ctx)
-        self.n_ctx = n_ctx
+        self.n_ctx = int(self._llm.n_ctx())  # n_ctx=0 asks llama.cpp for the model's own length
         """The context window now allocated; it grows when a prompt needs more (:meth:`_room`)."""
         self._formatter = self._make_formatter()
         self._s_per_token: float | None = None
@@ -109,16 +109,18 @@ class LocalLlama:
         """Widen the context window when this prompt and its reply would not fit, up to what
         the model was trained on: a budget of 4k tokens must not fail on a 4,096-token default.
         The model is loaded again (about a second); the window then stays wide. Called with the
-        model's lock held."""
-        if count_message_tokens(messages) * 1.5 + max_tokens + 64 < self.n_ctx:
-            return  # far inside, whatever the tokenizer: no need to format and count exactly
-        need = len(self.prompt_tokens(messages)) + max_tokens
-        if need <= self.n_ctx:
+        model's lock held, before the deadline's estimate, which so counts the reload."""
+        # A token is at least one byte: a prompt this short fits without being counted.
+        size = sum(len(str(m.get("content") or "").encode("utf-8")) + 16 for m in messages)
+        if size + max_tokens + 64 < self.n_ctx:
+            return
+        prompt = len(self.prompt_tokens(messages))
+        if prompt + max_tokens <= self.n_ctx:
             return
         trained = int(self._llm._model.n_ctx_train()) if hasattr(self._llm, "_model") else self.n_ctx
-        if need > trained:
+        if prompt >= trained or self.n_ctx >= trained:
             return  # llama.cpp refuses it with a message naming both sizes
-        wider = min(trained, max(2 * self.n_ctx, -(-need // 1024) * 1024))
+        wider = min(trained, max(2 * self.n_ctx, -(-(prompt + max_tokens) // 1024) * 1024))
         self._llm = self._load(wider)  # the old instance is freed once no call holds it
         self.n_ctx = wider
 
@@ -230,6 +232,7 @@ class LocalLlama:
             raise DeadlineError(f"{self.endpoint}: the query's deadline passed while waiting for the "
                                 "local model (it serves one call at a time)", endpoint=self.endpoint)
         try:
+            self._room(messages, max_tokens)
             if deadline is not None:
                 if self._s_per_token is None:  # the first call with a deadline: measure first
                     self._probe()
@@ -239,7 +242,6 @@ class LocalLlama:
                     raise DeadlineError(
                         f"{self.endpoint}: {left:.1f} s are left before the query's deadline and a prompt "
                         f"this long takes about {need:.1f} s here; not started", endpoint=self.endpoint)
-            self._room(messages, max_tokens)
             yield
         finally:
             self._lock.release()

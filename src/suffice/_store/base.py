@@ -49,6 +49,9 @@ class Store(Protocol):
 
     path: str
     """Where the store lives (a file path or a database URL without its password)."""
+    config_poll_s: float
+    """How often an open memory reads the saved config to take up another process's rebuild:
+    0 on every call (a local read costs microseconds), more where a read is a round trip."""
 
     def close(self) -> None: ...
 

@@ -317,6 +317,7 @@ class PostgresStore:
                  ef_search: int = 100, auto_index: bool = True, vacuum_on_forget: bool = True,
                  hnsw_m: int = 16, hnsw_ef_construction: int = 64, connect_timeout_s: float = 30.0) -> None:
         self._conninfo, self.schema, self.path = split_url(url)
+        self.config_poll_s = 1.0  # a round trip: at most once a second per memory
         self.exact_below = int(exact_below)
         self.ef_search = int(ef_search)
         self.auto_index = auto_index

@@ -160,6 +160,7 @@ class SQLiteStore:
                  busy_timeout_s: float = 30.0, max_retries: int = 50,
                  vacuum_on_forget: bool = True, lexical_index_items: int | None = 20_000) -> None:
         self.path = str(path)
+        self.config_poll_s = 0.0  # a local read: check on every call
         self.vacuum_on_forget = vacuum_on_forget
         self.lexical_index_items = lexical_index_items
         self._postings = (lexical.Postings(self.path, lexical_index_items, self._read, self.generation,

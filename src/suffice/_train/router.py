@@ -466,7 +466,7 @@ def recalibrate_exported(out_dir: Path, val: Sequence[SufficiencyExample],
         return card
     scores = predict_exported(out_dir, val).tolist()
     tau, early, prec = calibrate_on(scores, val, config)
-    card["tau_fp32"] = card.get("tau")
+    card.setdefault("tau_fp32", card.get("tau"))  # a second run keeps the network's figure
     card["tau"] = tau
     card["val_auc_exported"] = auc(scores, [e.label for e in val])
     if isinstance(card.get("report"), dict):
