@@ -243,16 +243,28 @@ def test_the_onnx_router_scores_like_the_network(trained):
 
 
 def test_tau_is_calibrated_on_the_scores_the_exported_model_gives(trained, tmp_path):
+    import dataclasses
     import shutil
 
-    from suffice._train.router import RouterTrainConfig, calibrate_on, predict_exported, recalibrate_exported
+    from suffice._train.router import (
+        RouterTrainConfig,
+        calibrate_on,
+        judged,
+        predict_exported,
+        recalibrate_exported,
+    )
 
     mem, ex, _net, report, out = trained
     folder = Path(shutil.copytree(out, tmp_path / "router"))
     cfg = RouterTrainConfig(eval_budget=1000)
-    card = recalibrate_exported(folder, ex, cfg)
-    onnx_scores = predict_exported(folder, ex)
-    assert card["tau"] == calibrate_on(onnx_scores.tolist(), ex, cfg)[0]
+    val = judged(ex, 1000)  # what train() calibrates on: natural contexts at the reader's budget
+    # Interventions beside them, labelled the other way round, must not move tau.
+    flipped = [dataclasses.replace(e, kind="drop_all", label=not e.label) for e in val]
+    card = recalibrate_exported(folder, list(ex) + flipped, cfg)
+    onnx_scores = predict_exported(folder, val)
+    assert card["tau"] == calibrate_on(onnx_scores.tolist(), val, cfg)[0]
+    # int8 weights move a score by thousandths: tau moves little, if at all.
+    assert card["tau"] == pytest.approx(report.tau, abs=0.02)
     assert card["tau_fp32"] == report.tau and TrainedRouter(folder).tau == card["tau"]
     assert recalibrate_exported(folder, ex, cfg)["tau_fp32"] == report.tau  # a rerun keeps it
     # predict_exported is the runtime's score: the same context scored by TrainedRouter agrees.

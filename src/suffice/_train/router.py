@@ -455,13 +455,15 @@ def predict_exported(out_dir: Path, examples: Sequence[SufficiencyExample], batc
 
 def recalibrate_exported(out_dir: Path, val: Sequence[SufficiencyExample],
                          config: RouterTrainConfig) -> dict[str, Any]:
-    """Calibrate tau again on the exported model's own scores and write it into the card.
+    """Calibrate tau again on the exported model's own scores of the validation contexts
+    :func:`train` calibrated on (natural, at ``config.eval_budget``) and write it into the card.
 
     The runtime reads int8-stored weights, whose scores differ from the training network's by
     about 0.01: a tau fit to the fp32 scores can sit on the wrong side of a few validation
     contexts. The card keeps the fp32 figure as ``tau_fp32``."""
     card_path = out_dir / CARD
     card: dict[str, Any] = json.loads(card_path.read_text(encoding="utf-8"))
+    val = judged(val, config.eval_budget)  # the contexts train() calibrated on
     if not val:
         return card
     scores = predict_exported(out_dir, val).tolist()
