@@ -537,3 +537,19 @@ def test_nearest_sees_a_scope_forgotten_and_written_anew_by_another_process(pg_l
     assert [s for s, _ in reader.nearest("a", "e", vec(0, 1), 5)] == [0, 1]
     reader.close()
     writer.close()
+
+
+def test_a_memory_on_postgresql_takes_up_another_processs_rebuild_within_its_poll(pg_location):
+    from suffice import StoreConfig
+
+    url = pg_location()
+    server = Memory(url, embedder=HashEmbedder())
+    assert server.store.config_poll_s > 0  # a round trip: not read on every call
+    server.add(NewItem("the river gauge read 3.1 metres", session="s"), scope="x")
+    Memory(url, store_config=StoreConfig(piece_max_tokens=8), embedder=HashEmbedder(), rebuild=True).close()
+    threading.Event().wait(server.store.config_poll_s + 0.05)  # let the poll interval pass
+    long = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    seq = server.add(NewItem(long, session="s"), scope="x")[0].seq
+    assert server.store_config.piece_max_tokens == 8
+    assert len(server.store.pieces("x", [seq])[seq]) > 1
+    server.close()
