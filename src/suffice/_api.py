@@ -206,7 +206,6 @@ def _check_count(value: object, name: str, *, allow_none: bool = True) -> int | 
     return value
 
 
-
 @dataclass(frozen=True, slots=True)
 class _Composed:
     """What a memory builds from its store config."""
@@ -353,12 +352,9 @@ class Memory:
         else:
             holder.parts = parts
 
-    def _saved_config(self) -> tuple[dict[str, Any], StoreConfig] | None:
-        raw = self._store.load_config()
-        if raw is None:
-            return None
+    def _parsed(self, raw: dict[str, Any]) -> StoreConfig:
         try:
-            return raw, StoreConfig(**raw)
+            return StoreConfig(**raw)
         except ConfigError as exc:
             raise StoreConfigError(f"store {self._store.path} holds an unreadable config ({exc})") from None
 
@@ -379,15 +375,14 @@ class Memory:
         seen = holder.seen
         if raw is None or (seen is not None and seen[0] is parts and seen[1] == raw):
             return
-        got = self._saved_config()
-        if got is not None and not got[1].changed(parts.config):
-            holder.seen = (parts, got[0])
+        if not self._parsed(raw).changed(parts.config):
+            holder.seen = (parts, raw)
             return
         with holder.lock:  # read again inside: a rebuild here may have saved while we waited
-            got = self._saved_config()
-            if got is None:
+            raw = self._store.load_config()
+            if raw is None:
                 return
-            raw, saved = got
+            saved = self._parsed(raw)
             if saved.changed(holder.parts.config):
                 if self.embedder is not None and saved.encoder and saved.encoder != self.embedder.name:
                     raise StoreConfigError(
