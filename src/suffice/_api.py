@@ -632,7 +632,10 @@ class Memory:
         Records are written once, when a unit closes, so a store keeps the timeline lines of the
         version that wrote them. ``records=True`` writes every closed unit's record and links
         again (a newer record format, or a record writer set since); with an LLM writer set,
-        that is one model call per unit."""
+        that is one model call per unit.
+
+        Other memories open on the store (another process's, a server's) take the new config
+        up on their next call; with another encoder they refuse until opened again with it."""
         self._need_all("rebuild", sync=False)  # it imposes its own config
         # Under the parts' lock: a call on this memory that finds the saved config changed
         # waits for the rebuild to end instead of composing the old config again meanwhile
