@@ -87,6 +87,20 @@ def test_truncation_keeps_the_newest_items_and_cuts_the_next_at_its_front(tmp_pa
     assert big.endswith("the very end") and 0 < count_tokens(big) <= budget
 
 
+def test_a_reader_that_gives_nothing_scores_nothing_on_every_variant(ama_dir: Path, tmp_path: Path) -> None:
+    """The engine answers with its top hit when the reader fails; truncation has no such
+    fallback, so the benchmark scores that answer as empty too (and keeps its text)."""
+    mem = Memory(tmp_path / "a.db", embedder=None, store_config=StoreConfig.for_agent(), router=None)
+    picked = agent_qa.sample_ama(load_ama(ama_dir), n_episodes=1, per_episode=1)
+    agent_qa.ingest(mem, picked)
+    q = picked[0][1][0]
+    silent = ScriptedLLM("   ")  # an empty reply: no answer
+    fast = agent_qa.answer_one("fast", mem, silent, q, 300)
+    trunc = agent_qa.answer_one("truncation", mem, silent, q, 300)
+    assert fast["receipt"]["degraded"] and fast["answer"] == "" and fast["receipt"]["fallback_answer"]
+    assert trunc["answer"] == ""
+
+
 def test_a_run_records_every_variant_scores_and_resumes(ama_dir: Path, tmp_path: Path) -> None:
     mem = Memory(tmp_path / "a.db", embedder=None, store_config=StoreConfig.for_agent(), router=None)
     llm = ScriptedLLM(_reader)

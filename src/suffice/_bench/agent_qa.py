@@ -264,6 +264,10 @@ def answer_one(variant: str, mem: Memory, llm: LLM, q: AgentQuestion, budget: in
                       engine=engine)
         res = {"answer": ans.text, "receipt": receipt_summary(ans.receipt)}
         rc = res["receipt"]
+        if ans.receipt.degraded and ans.evidence and ans.text == ans.evidence[0].text:
+            # No reader answer: the engine returned its top hit. Truncation has no such fallback
+            # and scores "" then, so the comparison scores this "" too (the text stays on record).
+            res["answer"], rc["fallback_answer"] = "", ans.text
         rc["cached_calls"] = sum(1 for c in ans.receipt.calls if c.cached)
         # T_mem is every stage but the answer: a replayed agent or router call counts there too.
         answer_stage = ANSWER_STAGE.get(ans.receipt.path, "answer")
