@@ -1,5 +1,8 @@
 """How much of each AMA-Bench QA question's cited evidence the readers of ``suffice bench agent qa``
-get: the fast path's render, the agent render, and truncation, at the QA budget. No model call.
+get, at the QA budget: the fast path's prompt (made by ``Memory.ask(mode="fast")`` itself, read
+from the prompt a stand-in reader receives) and truncation's; also, for comparison, a plain
+``Memory.render`` (the prefix ranked only ``k`` deep, which the engine's fast path ranks deeper)
+and the agent render, which no QA variant uses. No model call.
 
 The QA scores of the render and of truncation tie with the 0.5B reader; this says whether that is
 because both contexts hold the same evidence (they do not) or because the reader makes little of
@@ -16,6 +19,7 @@ from suffice._bench.agent_qa import open_store, sample_ama, truncation_context
 from suffice._bench.report import envelope, write_json
 from suffice._config import RenderConfig
 from suffice._datasets.ama import default_path, load_ama
+from suffice._llm.scripted import ScriptedLLM
 
 
 def main() -> None:
@@ -28,7 +32,8 @@ def main() -> None:
     args = ap.parse_args()
     mem = open_store(args.store)
     agent = RenderConfig.for_agent()
-    methods = ("fast render", "agent render", "truncation")
+    methods = ("fast path", "truncation", "plain render", "agent render")
+    reader = ScriptedLLM("-")  # records the prompt it is sent: the fast path's exact input
     whole = dict.fromkeys(methods, 0)
     share = dict.fromkeys(methods, 0.0)
     n = 0
@@ -40,8 +45,10 @@ def main() -> None:
                 if not evidence:
                     continue
                 n += 1
+                mem.ask(q.question, scope=q.scope, llm=reader, mode="fast", budget=args.budget)
                 contexts = {
-                    "fast render": mem.render(q.question, args.budget, scope=q.scope).text,
+                    "fast path": "\n".join(m["content"] for m in reader.calls[-1]),
+                    "plain render": mem.render(q.question, args.budget, scope=q.scope).text,
                     "agent render": mem.render(q.question, args.budget, scope=q.scope, agent=True,
                                                render=agent).text,
                     "truncation": truncation_context(mem, q.scope, args.budget),
