@@ -80,7 +80,13 @@ def test_truncation_keeps_the_newest_items_and_cuts_the_next_at_its_front(tmp_pa
     ctx = agent_qa.truncation_context(mem, "s", budget)
     assert "item 9" in ctx and "item 8" in ctx and "item 0" not in ctx
     assert count_tokens(ctx) <= int(mem.render_config.prompt_cap * budget) + 2
-    assert ctx.splitlines()[0].strip().startswith("word")  # the oldest line shown is an item's end
+    assert ctx.splitlines()[0].startswith("… word")  # the oldest line shown is an item's end, marked cut
+    # A cut item keeps its head, as the render shows it: the reader still sees whose step it was.
+    steps = [{"text": "step text " + "word " * 60, "speaker": "agent", "meta": {"step": s}} for s in range(5)]
+    mem.add(steps, scope="steps")
+    stepped = agent_qa.truncation_context(mem, "steps", 180)
+    assert stepped.splitlines()[0].startswith("[step ") and " agent: … word" in stepped.splitlines()[0]
+    assert count_tokens(stepped) <= int(mem.render_config.prompt_cap * 180) + 2
     # One item larger than the whole budget: its end is shown, not nothing.
     mem.add(["huge " * 2000 + "the very end"], scope="big")
     big = agent_qa.truncation_context(mem, "big", budget)

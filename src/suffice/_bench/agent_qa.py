@@ -42,6 +42,7 @@ from .._llm.base import LLM, Ledger, Message
 from .._llm.cache import replayed_ms
 from .._llm.parse import ask_parsed, extract_answer
 from .._prompts import JUDGE_FORMAT, PROMPTS_FINGERPRINT, answer_messages, style_for_evidence
+from .._render import CUT
 from .._tokens import count_tokens, encode, encoding
 from .judge import judge, parse_verdict
 from .metrics import novel_f1, token_f1
@@ -215,9 +216,12 @@ def truncation_context(mem: Memory, scope: str, budget: int) -> str:
             text = it.render()
             n = count_tokens(text) + 1
             if used + n > cap:
-                cut = tail(text, cap - used - 1)
+                # The end of the item, after its head and a cut mark, as the render shows a
+                # partly shown item: the reader still sees whose step it was.
+                head = f"{it.header()} {CUT} " if it.header() else f"{CUT} "
+                cut = tail(it.text, cap - used - 1 - count_tokens(head))
                 if cut:
-                    chosen.append(cut)
+                    chosen.append(head + cut.lstrip())
                 used = cap
                 break
             chosen.append(text)
