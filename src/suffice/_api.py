@@ -342,7 +342,8 @@ class Memory:
         """The parts built from the store config, replaced in the one holder this memory and
         every view of it share, so a rebuild reaches them all. The retired retriever is not
         closed: a call that began before may still be ranking with it, and its worker thread
-        ends when it is collected (an index it grew is not saved: it is rebuilt when needed)."""
+        ends when it is collected (rows its dense index gained since its last save are not
+        saved; the next retriever extends the saved index with them on first use)."""
         retriever = Retriever(self._store, self.embedder, config, self.reranker)
         records = RecordIndex(self._store, retriever, config, self._record_writer)
         parts = _Composed(config, retriever, records, Renderer(self._store, retriever, records))
