@@ -225,17 +225,24 @@ def test_tau_meets_a_quality_floor_or_a_stop_rate_whichever_is_asked():
         calibrate(scores, labels, precision=1.0, stop_rate=0.0)
 
 
-def test_the_onnx_router_scores_like_the_network(trained):
-    from suffice._train.router import predict
-
-    mem, ex, net, _report, out = trained
-    router = TrainedRouter(out)
+def _routed(mem, router):
+    """What ``router`` reads for the second demo question in auto mode, and the natural 1k
+    training example built for the same question."""
     eng = Engine(mem.store, mem.retriever, mem.renderer, ScriptedLLM("x"), router=router)
     q = _questions(mem)[1]
     inp = eng.route_input(q.query, scope="dana", config=mem.engine_config, retrieval=mem.retrieval,
                           render=mem.render_config)
     nat = next(e for e in build(mem, [q], "demo", DataConfig(budgets=(1000,), interventions=False))
                if e.kind == "natural")
+    return inp, nat
+
+
+def test_the_onnx_router_scores_like_the_network(trained):
+    from suffice._train.router import predict
+
+    mem, ex, net, _report, out = trained
+    router = TrainedRouter(out)
+    inp, nat = _routed(mem, router)
     d = router.score(inp)
     assert d.ok and 0.0 <= d.score <= 1.0
     # The int8-stored weights cost a little precision, never a decision's worth.
@@ -269,12 +276,7 @@ def test_tau_is_calibrated_on_the_scores_the_exported_model_gives(trained, tmp_p
     assert recalibrate_exported(folder, ex, cfg)["tau_fp32"] == report.tau  # a rerun keeps it
     # predict_exported is the runtime's score: the same context scored by TrainedRouter agrees.
     router = TrainedRouter(folder)
-    eng = Engine(mem.store, mem.retriever, mem.renderer, ScriptedLLM("x"), router=router)
-    q = _questions(mem)[1]
-    inp = eng.route_input(q.query, scope="dana", config=mem.engine_config, retrieval=mem.retrieval,
-                          render=mem.render_config)
-    nat = next(e for e in build(mem, [q], "demo", DataConfig(budgets=(1000,), interventions=False))
-               if e.kind == "natural")
+    inp, nat = _routed(mem, router)
     assert router.score(inp).score == pytest.approx(float(predict_exported(folder, [nat])[0]), abs=1e-5)
 
 
