@@ -356,6 +356,24 @@ def test_a_router_used_at_another_budget_than_it_was_trained_on_says_so(trained,
     assert any("1000-token contexts" in n and "made for 500" in n for n in other.notes)
 
 
+def test_a_router_used_with_another_k_than_it_was_trained_with_says_so(trained, tmp_path):
+    import shutil
+    mem, _ex, _net, _report, out = trained
+    folder = Path(shutil.copytree(out, tmp_path / "router"))
+    card = {**json.loads((folder / "card.json").read_text()), "k": DataConfig().prefix_k}
+    (folder / "card.json").write_text(json.dumps(card))  # as `train router` writes it
+    router = TrainedRouter(folder)
+    assert router.trained_k == card["k"]
+    llm = ScriptedLLM("<answer>Figo</answer>")
+    q = "What is the name of Dana's cat?"
+    same = mem.ask(q, scope="dana", llm=llm, mode="auto", router=router,
+                   retrieval=mem.retrieval.replace(k=card["k"])).receipt
+    other = mem.ask(q, scope="dana", llm=llm, mode="auto", router=router,
+                    retrieval=mem.retrieval.replace(k=3)).receipt
+    assert not any("top hits" in n for n in same.notes)
+    assert any(f"top {card['k']} hits" in n and "k=3" in n for n in other.notes)
+
+
 def test_a_router_trained_on_another_encoder_is_not_the_default(trained, monkeypatch):
     _mem, _ex, _net, _report, out = trained
     monkeypatch.setenv("SUFFICE_ROUTER", str(out))
@@ -378,7 +396,8 @@ def test_a_memory_without_vectors_is_sent_deep_not_scored_on_zeros(trained, tmp_
 
 
 @pytest.mark.parametrize("field,value", [("tau", None), ("tau", "0.6x"), ("tau", 7), ("dim", "384d"),
-                                         ("element_features", None), ("budget", "1k"), ("budget", 0)])
+                                         ("element_features", None), ("budget", "1k"), ("budget", 0),
+                                         ("k", "ten"), ("k", 0)])
 def test_a_card_with_a_bad_value_is_a_model_file_error(trained, tmp_path, field, value):
     from suffice import ModelFileError
     _mem, _ex, _net, _report, out = trained

@@ -247,11 +247,8 @@ class Engine:
             path = "fast" if decision.ok and decision.score >= tau else "deep"
             if not decision.ok:
                 notes.append(decision.reason)
-            trained_on = getattr(self.router, "trained_budget", None)
-            if decision.ok and isinstance(trained_on, int) and trained_on != budget:
-                notes.append(f"the router was trained and calibrated on {trained_on}-token contexts; "
-                             f"this one was made for {budget}, so its score and tau are read out of "
-                             "their range")
+            if decision.ok:
+                notes += self._router_out_of_range(budget, retrieval.k)
             if path == "fast" and config.stop_reader == "deep" and self.deep_llm is not None \
                     and self.tiered is None:
                 # The deep model reads the fast budget: the stop saves the wider evidence only.
@@ -324,6 +321,20 @@ class Engine:
         text, parts = self.fast_context(question, config.reader_budget, ranking, ranked, config, render,
                                         retrieval)
         return self.router_input(question, text, parts, ranked.top(retrieval.k), ranking)
+
+    def _router_out_of_range(self, budget: int, k: int) -> list[str]:
+        """Notes for a trained router read under other settings than it was fit to: its
+        features (the context's size, which items are top hits) then come from another range."""
+        out = []
+        trained_on = getattr(self.router, "trained_budget", None)
+        if isinstance(trained_on, int) and trained_on != budget:
+            out.append(f"the router was trained and calibrated on {trained_on}-token contexts; this one "
+                       f"was made for {budget}, so its score and tau are read out of their range")
+        trained_k = getattr(self.router, "trained_k", None)
+        if isinstance(trained_k, int) and trained_k != k:
+            out.append(f"the router was trained with the prefix's top {trained_k} hits as its top hits; "
+                       f"this query has k={k}, so its score and tau are read out of their range")
+        return out
 
     def router_input(self, question: str, text: str, parts: Sequence[ContextPart], evidence: Evidence,
                      ranking: Ranking) -> RouterInput:

@@ -58,14 +58,19 @@ class TrainedRouter:
             dim = int(card.get("dim", 384))
             input_budget = int(card.get("input_budget", 100_000))
             budget = int(card["budget"]) if card.get("budget") is not None else None
+            k = int(card["k"]) if card.get("k") is not None else None
         except (TypeError, ValueError) as exc:
             raise ModelFileError(f"{folder}: card.json has a value of the wrong type ({exc})") from None
-        if not 0.0 <= tau <= 1.0 or dim <= 0 or input_budget <= 0 or (budget is not None and budget <= 0):
-            raise ModelFileError(f"{folder}: card.json needs 0 <= tau <= 1 and positive dim, input_budget "
-                                 f"and budget (tau {tau}, dim {dim}, input_budget {input_budget}, "
-                                 f"budget {budget})")
+        if not 0.0 <= tau <= 1.0 or dim <= 0 or input_budget <= 0 or (budget is not None and budget <= 0) \
+                or (k is not None and k <= 0):
+            raise ModelFileError(f"{folder}: card.json needs 0 <= tau <= 1 and positive dim, input_budget, "
+                                 f"budget and k (tau {tau}, dim {dim}, input_budget {input_budget}, "
+                                 f"budget {budget}, k {k})")
         self.trained_budget = budget
         """The reader budget of the contexts it was trained and calibrated on (None: not recorded)."""
+        self.trained_k = k
+        """How many of the prefix's hits counted as its top hits in training (features ``top_hit``
+        and ``top_hits_in``; None: not recorded)."""
         self.tau = tau
         """The threshold calibrated on validation conversations (the engine's default tau)."""
         self.encoder = str(card.get("encoder", ""))
