@@ -86,6 +86,19 @@ def test_a_tool_result_with_no_output_is_remembered_as_such(memory: Memory):
     assert stored[1].meta == {"tool_call_id": "c2", "empty": True, "content": " \n"}  # nothing lost
 
 
+def test_an_item_whose_own_session_is_not_the_run_id_is_refused_and_nothing_is_stored(memory: Memory):
+    """Stored under its own session, the item would be out of reach of the run: a forget by
+    run_id would report success and delete nothing."""
+    with pytest.raises(InvalidItemError, match="item 1: session 's1' is not run_id 'r'"):
+        memory.add(["fine", {"text": "x", "session": "s1"}], user_id="ana", run_id="r")
+    with pytest.raises(InvalidItemError, match="is not run_id"):
+        memory.add([NewItem(text="y", session="s2")], user_id="ana", run_id="r")
+    assert "user:ana" not in memory.scopes()  # the batch is refused whole
+    stored = memory.add([{"text": "z", "session": "r"}, NewItem(text="w")], user_id="ana", run_id="r")
+    assert [it.session for it in stored] == ["r", "r"]
+    assert memory.forget(user_id="ana", run_id="r").items == 2
+
+
 def test_ids_map_onto_hard_scopes_and_narrow_within_them(memory: Memory):
     memory.add("Ana likes green tea.", user_id="ana", run_id="r1")
     memory.add("Ana switched to coffee.", user_id="ana", run_id="r2", agent_id="barista")

@@ -105,3 +105,18 @@ def test_a_time_argument_with_words_no_date_reader_knows_is_refused(text):
                                   "Sun, 08 May 2023 10:00:00 GMT", "March 2024", "2023"])
 def test_written_dates_with_filler_words_are_still_read(text):
     assert as_timestamp(text, "since") > 0
+
+
+@pytest.mark.parametrize("text", ["Q4 2023", "week 3 of 2024", "summer 2023", "Christmas 2023"])
+def test_an_observed_at_the_reader_would_misread_is_stored_without_a_timestamp(memory, text):
+    """Read leniently these are 1 April, 1 March, 1 January: an item filed under a day it never
+    named. It is kept, text as written, without a timestamp, and the add says why."""
+    with pytest.warns(UserWarning, match="stored without a timestamp"):
+        (it,) = memory.add("We shipped the release.", scope="s", observed_at=text)
+    assert it.observed_ts is None and it.observed_at == text
+    assert memory.items(scope="s", since="2000-01-01") == []
+
+
+def test_an_observed_at_with_only_filler_words_keeps_its_timestamp(memory):
+    (it,) = memory.add("We shipped the release.", scope="s", observed_at="1:56 pm on 8 May, 2023")
+    assert it.observed_ts == parse_time("8 May 2023 13:56")

@@ -65,7 +65,7 @@ from ._store.base import ItemRow, Store, normalize_scope, validate_filter, valid
 from ._store.open import open_store
 from ._store.sqlite import observed_text
 from ._text import embedding_text, is_utf8
-from ._times import TimeLike, as_timestamp, parse_time
+from ._times import TimeLike, as_timestamp, observed_time
 from ._tokens import count_tokens
 from ._types import AuditEntry, Context, Evidence, Filter, ForgetReport, Item, NewItem, StoreStats
 from ._views import piece_spans
@@ -552,7 +552,16 @@ class Memory:
             raise InvalidItemError(f"meta must be a mapping, got {type(meta).__name__}")
         defaults = {"session": ident.run or session, "speaker": speaker, "role": role, "kind": kind,
                     "observed_at": observed_at, "meta": dict(meta or {}), "agent": ident.agent or ""}
-        new = [x for i, it in enumerate(items) for x in _coerce(it, defaults, i)]
+        new: list[NewItem] = []
+        for i, it in enumerate(items):
+            for x in _coerce(it, defaults, i):
+                if ident.run is not None and x.session != ident.run:
+                    # Stored under another session, the item would be out of reach of every
+                    # read and forget by this run_id.
+                    raise InvalidItemError(f"item {i}: session {x.session!r} is not run_id {ident.run!r}; "
+                                           "run_id is the session: leave the item's session out, or "
+                                           "give the same value")
+                new.append(x)
         known = self._checked(ident.scope, new)
         out: list[Item] = []
         encoder = self.embedder.name if self.embedder else ""
@@ -581,11 +590,21 @@ class Memory:
         vecs = (self.embedder.embed([embedding_text(it.speaker, it.text) for it in batch])
                 if self.embedder is not None and batch else None)
         rows = []
+        undated: dict[str, tuple[str, ...]] = {}
         for i, it in enumerate(batch):
             when = observed_text(it.observed_at)
+            ts, left = observed_time(when)
+            if left:
+                undated[when] = left
             spans, bodies = self._pieces(it.text, it.speaker, when)
-            rows.append(ItemRow(it, when, parse_time(when), count_tokens(it.text), spans, bodies,
+            rows.append(ItemRow(it, when, ts, count_tokens(it.text), spans, bodies,
                                 vecs[i] if vecs is not None else None))
+        if undated:
+            when, left = next(iter(undated.items()))
+            more = f" (and {len(undated) - 1} other time text(s))" if len(undated) > 1 else ""
+            warnings.warn(f"observed_at {when[:60]!r}{more}: {' '.join(left)!r} is not part of a date that "
+                          "can be read, so the item is stored without a timestamp (its text is kept); "
+                          "write the date, e.g. 2023-10-01", stacklevel=3)
         return rows
 
     def _pieces(self, text: str, speaker: str, when: str) -> tuple[list[tuple[int, int]], list[str]]:

@@ -123,16 +123,28 @@ _FILLER = frozenset({"t", "z", "on", "at", "of", "the", "utc", "gmt"})
 """Words a written time may hold that say nothing of which time it is."""
 
 
-def _unread(text: str) -> list[str]:
+def observed_time(text: str) -> tuple[float | None, tuple[str, ...]]:
+    """An item's ``observed_at`` at write time: its UTC seconds and the words the parser
+    skipped. With skipped words the text is stored without a timestamp: "Q4 2023" would
+    otherwise file the item under 4 April, where ``since`` / ``until`` would find it."""
+    ts = parse_time(text)
+    if ts is None:
+        return None, ()
+    left = _unread(text.strip())
+    return (None, left) if left else (ts, ())
+
+
+@lru_cache(maxsize=4096)
+def _unread(text: str) -> tuple[str, ...]:
     """Words of ``text`` the date parser skipped ("Q4 2023": ``Q``; "end of 2023": ``end``).
-    A time argument with such words was read as some other date than meant: "Q4 2023" as 4
-    April, "summer 2023" as 1 January."""
+    A time with such words was read as some other date than meant: "Q4 2023" as 4 April,
+    "summer 2023" as 1 January. Cached: a conversation repeats its session's time."""
     try:
         _moment, skipped = _parser.parse(_clock_words(text), _INFO, fuzzy_with_tokens=True,
                                          default=_DEFAULTS[0], tzinfos=_zone)
     except (ValueError, OverflowError):
-        return []
-    return [w for tok in skipped for w in re.findall(r"[^\W_]+", tok) if w.lower() not in _FILLER]
+        return ()
+    return tuple(w for tok in skipped for w in re.findall(r"[^\W_]+", tok) if w.lower() not in _FILLER)
 
 
 def to_utc(moment: datetime) -> datetime:

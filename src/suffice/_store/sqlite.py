@@ -306,7 +306,7 @@ class SQLiteStore:
     def _migrate_v2(self) -> None:
         """v2 -> v3 (and a new store): the parsed-time and agent columns; times are parsed from
         the stored text once, here."""
-        from .._times import parse_time
+        from .._times import observed_time
 
         with self._write() as c:
             if not self._has_column("items", "observed_ts"):
@@ -316,7 +316,7 @@ class SQLiteStore:
             c.execute("DROP TRIGGER IF EXISTS items_immutable")
             texts = c.execute("SELECT DISTINCT observed_at FROM items WHERE observed_at != ''").fetchall()
             c.executemany("UPDATE items SET observed_ts = ? WHERE observed_at = ?",
-                          [(parse_time(t), t) for (t,) in texts])
+                          [(observed_time(t)[0], t) for (t,) in texts])
             c.execute(_TRIGGER)
             c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
