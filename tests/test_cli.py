@@ -1,6 +1,7 @@
 """The CLI is a thin layer: it stores, searches and imports, and bad input is a one-line error."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -53,6 +54,39 @@ def test_a_chat_export_without_ids_can_be_added_again_and_grown(db, tmp_path):
     assert "items: 4" in run("--db", db, "stats").output.replace("  ", "")
 
 
+def test_the_same_line_in_two_files_is_two_turns_and_both_are_stored(db, tmp_path):
+    """An implicit id comes from a line and the lines before it: "yes" after "Book the flight"
+    is not "yes" after "Cancel my flight", and neither is lost; added under two runs, the same
+    file is two runs' turns."""
+    day1, day2 = tmp_path / "day1.jsonl", tmp_path / "day2.jsonl"
+    day1.write_text('{"role":"user","content":"Book the flight to Rome."}\n{"role":"user","content":"yes"}\n')
+    day2.write_text('{"role":"user","content":"Cancel my Rome flight."}\n{"role":"user","content":"yes"}\n')
+    for f in (day1, day2):
+        r = run("--db", db, "add", "-f", str(f), "--user", "ana")
+        assert r.exit_code == 0 and "stored 2 new item(s) (0 already stored)" in r.output, r.output
+    again = run("--db", db, "add", "-f", str(day1), "--user", "ana")
+    assert "stored 0 new item(s) (2 already stored)" in again.output
+    assert "items: 4" in run("--db", db, "stats").output.replace("  ", "")
+    for chat in ("chat-1", "chat-2"):
+        r = run("--db", db, "add", "-f", str(day1), "--user", "bo", "--run", chat)
+        assert r.exit_code == 0, r.output
+    assert run("--db", db, "items", "--user", "bo", "--json").output.count('"yes"') == 2
+
+
+def test_an_item_error_names_the_files_line_and_a_refused_add_leaves_no_new_store(tmp_path):
+    f = tmp_path / "items.jsonl"
+    f.write_text('{"text": "fine"}\n\n{"role": "user", "content": "also fine"}\n{"text": "   "}\n')
+    db = tmp_path / "new.db"
+    r = run("--db", str(db), "add", "-f", str(f))
+    assert r.exit_code == 2 and f"{f}:4: text is empty" in r.output, r.output
+    assert not db.exists()
+    assert run("--db", str(db), "add", "").exit_code == 2 and not db.exists()
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n  \n")
+    r = run("--db", str(db), "add", "-f", str(blank))
+    assert r.exit_code == 2 and "no items (every line is blank)" in r.output and not db.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -77,9 +111,8 @@ def test_malformed_jsonl_names_the_line_and_writes_nothing(db, tmp_path):
     assert r.exit_code == 2 and "bad.jsonl:2" in r.output
     f.write_text('{"text": "fine"}\n{"text": ""}\n')
     r = run("--db", db, "add", "-f", str(f))
-    assert r.exit_code == 2 and "item 1" in r.output
-    assert run("--db", db, "stats").output.count("items: 0") == 1 or "items: 0" in run(
-        "--db", db, "stats").output.replace("  ", "")
+    assert r.exit_code == 2 and "bad.jsonl:2: text is empty" in r.output  # the file's line, not an index
+    assert not Path(db).exists()  # nothing written, not even an empty store
 
 
 def test_import_locomo_rejects_a_malformed_file_naming_the_record(db, tmp_path):
@@ -212,7 +245,7 @@ def test_a_file_import_is_all_or_nothing(db, tmp_path):
     f.write_text("".join(json.dumps({"text": f"item {i}"}) + "\n" for i in range(50))
                  + json.dumps({"text": ""}) + "\n")
     r = run("--db", db, "add", "-f", str(f), "-s", "s")
-    assert r.exit_code == 2 and "item 50" in r.output
+    assert r.exit_code == 2 and "items.jsonl:51: text is empty" in r.output
     f.write_bytes(b'{"text": "fine"}\n{"text": "\xff\xfe"}\n')
     r = run("--db", db, "add", "-f", str(f), "-s", "s")
     assert r.exit_code == 2 and "not UTF-8" in r.output

@@ -494,11 +494,14 @@ class Memory:
 
     # -- writes -------------------------------------------------------------------------------------
 
-    def _checked(self, scope: str, new: Sequence[NewItem]) -> list[Item | None]:
+    def _checked(self, scope: str, new: Sequence[NewItem],
+                 origin: Sequence[int] | None = None) -> list[Item | None]:
         """Every check an add makes before it writes: each item valid, no id twice, no client
-        id stored with other content. The stored item for each id already there, else None."""
+        id stored with other content. The stored item for each id already there, else None.
+        ``origin``: the caller's entry each item came from (a message may make several), so an
+        error names the entry the caller wrote."""
         for i, it in enumerate(new):
-            validate_item(it, i)
+            validate_item(it, origin[i] if origin is not None else i)
         ids = [it.id for it in new if it.id is not None]
         if len(ids) != len(set(ids)):
             dup = next(x for x in ids if ids.count(x) > 1)
@@ -553,6 +556,7 @@ class Memory:
         defaults = {"session": ident.run or session, "speaker": speaker, "role": role, "kind": kind,
                     "observed_at": observed_at, "meta": dict(meta or {}), "agent": ident.agent or ""}
         new: list[NewItem] = []
+        origin: list[int] = []
         for i, it in enumerate(items):
             for x in _coerce(it, defaults, i):
                 if ident.run is not None and x.session != ident.run:
@@ -562,7 +566,8 @@ class Memory:
                                            "run_id is the session: leave the item's session out, or "
                                            "give the same value")
                 new.append(x)
-        known = self._checked(ident.scope, new)
+                origin.append(i)
+        known = self._checked(ident.scope, new, origin)
         out: list[Item] = []
         encoder = self.embedder.name if self.embedder else ""
         for b in range(0, len(new), batch_size):

@@ -187,6 +187,7 @@ def add(
     """Store items verbatim."""
     with errors():
         records: list[Any] = []
+        line_of: list[int] = []  # the file line of each record, for errors
         if file is not None:
             if not file.is_file():
                 fail(f"not a file: {file}")
@@ -194,7 +195,11 @@ def add(
                 lines = file.read_text(encoding="utf-8").splitlines()
             except UnicodeDecodeError as exc:
                 fail(f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start})")
-            seen: dict[str, int] = {}
+            # A line without an id gets one from its content and every line before it (and the
+            # run or session it is added under): adding the same file again, or a longer copy of
+            # it, stores nothing twice, while the same line in another file ("yes", "ok") is
+            # another turn and is stored.
+            chain = hashlib.sha256(f"{run or session}\n".encode())
             for n, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
@@ -204,23 +209,39 @@ def add(
                     fail(f"{file}:{n}: not valid JSON ({exc.msg})")
                 if not isinstance(rec, dict):
                     fail(f"{file}:{n}: expected a JSON object per line")
+                chain.update(line.strip().encode("utf-8") + b"\n")
                 if rec.get("id") is None:
-                    # An id from the line's own content (and which repeat of it this is), so
-                    # adding the same file again, or a longer copy of it, stores nothing twice.
-                    digest = hashlib.sha256(line.strip().encode("utf-8")).hexdigest()[:16]
-                    seen[digest] = seen.get(digest, 0) + 1
-                    rec = {**rec, "id": f"line:{digest}:{seen[digest]}"}
+                    rec = {**rec, "id": f"line:{chain.copy().hexdigest()[:24]}"}
                 records.append(rec)
+                line_of.append(n)
         for t in text or []:
             records.append({"text": t, **({"id": item_id} if item_id else {})})
         if not records:
-            raise InvalidItemError("nothing to add: give TEXT or --file")
+            raise InvalidItemError(f"{file}: no items (every line is blank)" if file is not None and not text
+                                   else "nothing to add: give TEXT or --file")
+        from ._api import default_db_path
+        path = str(db or _state["db"] or default_db_path())
+        fresh = "://" not in path and not Path(path).exists()
         mem = open_memory(db)
-        # One transaction for the whole input: a kill leaves all of it or none of it.
-        with progress_bar("adding", len(records)) as advance:
-            stored = mem.add(records, **where(scope, user, agent, run), session=session, speaker=speaker,
-                             observed_at=observed_at, batch_size=max(len(records), 1), progress=advance)
-        say(f"stored {len(stored)} item(s) in scope {stored[0].scope if stored else scope!r} of {mem.path}")
+        try:
+            target = mem._ident(scope, user, agent, run).scope
+            before = mem.store.max_seq(target) if target in mem.scopes() else -1
+            # One transaction for the whole input: a kill leaves all of it or none of it.
+            with progress_bar("adding", len(records)) as advance:
+                stored = mem.add(records, **where(scope, user, agent, run), session=session, speaker=speaker,
+                                 observed_at=observed_at, batch_size=max(len(records), 1), progress=advance)
+        except SufficeError as exc:
+            if fresh and not mem.scopes():  # refused input leaves no empty store behind
+                mem.close()
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)
+            m = re.match(r"(?:item|message) (\d+)(?: \(id '[^']*'\))?: (.*)", str(exc), re.S)
+            if isinstance(exc, InvalidItemError) and m and int(m.group(1)) < len(line_of):  # the file's line
+                raise InvalidItemError(f"{file}:{line_of[int(m.group(1))]}: {m.group(2)}") from None
+            raise
+        new = sum(1 for it in stored if it.seq > before)
+        say(f"stored {new} new item(s) ({len(stored) - new} already stored) in scope "
+            f"{stored[0].scope if stored else scope!r} of {mem.path}")
 
 
 @import_app.command("locomo")
