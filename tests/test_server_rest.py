@@ -73,6 +73,16 @@ def test_every_route_answers_over_the_socket(dev, mem):
     assert c.delete("/v1/items/fig-1", params={"user_id": "ana"}).json()["forgotten"]["items"] == 1
     gone = c.post("/v1/forget", json={"user_id": "ana", "run_id": "chat-2"}).json()["forgotten"]
     assert gone["items"] == 1 and mem.stats("user:ana").items == 3
+    # A body that names nothing to forget is refused: a client that drops a field (ids: null)
+    # must not wipe a memory. The whole scope takes everything: true.
+    for body in ({"user_id": "ana"}, {"user_id": "ana", "ids": None}, {"user_id": "ana", "session": ""}):
+        r = c.post("/v1/forget", json=body)
+        assert r.status_code == 422 and "everything: true" in r.json()["error"]["message"], (body, r.text)
+    assert mem.stats("user:ana").items == 3
+    refused = c.post("/v1/forget", json={"user_id": "ana", "everything": True, "ids": ["x"]})
+    assert refused.status_code == 422 and mem.stats("user:ana").items == 3
+    wiped = c.post("/v1/forget", json={"user_id": "ana", "everything": True}).json()["forgotten"]
+    assert wiped["items"] == 3
 
 
 def test_the_payload_is_the_core_result_as_json(dev, mem):
@@ -90,7 +100,7 @@ def test_a_key_reads_its_scopes_and_gets_403_elsewhere(keyed):
         ("POST", "/v1/render", {"json": {"user_id": "bob", "query": "Porto", "budget_tokens": 100}}),
         ("POST", "/v1/ask", {"json": {"user_id": "bob", "question": "Where?"}}),
         ("POST", "/v1/items", {"json": {"user_id": "bob", "items": ["planted"]}}),
-        ("POST", "/v1/forget", {"json": {"user_id": "bob"}}),
+        ("POST", "/v1/forget", {"json": {"user_id": "bob", "everything": True}}),
         ("GET", "/v1/items", {"params": {"user_id": "bob"}}),
         ("GET", "/v1/items/x", {"params": {"user_id": "bob"}}),
         ("DELETE", "/v1/items/x", {"params": {"user_id": "bob"}}),

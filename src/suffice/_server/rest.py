@@ -159,9 +159,11 @@ class FitIn(Where):
 
 
 class ForgetIn(Where):
-    ids: list[str] | None = Field(None, description=(
-        "Items to forget; without ids or session, the whole scope."))
-    session: str | None = None
+    ids: list[str] | None = Field(None, description="Items to forget.")
+    session: str | None = Field(None, description="A session to forget (run_id names one too).")
+    everything: bool = Field(False, description=(
+        "Forget the whole scope. Required for that: a body that names no ids, session or run "
+        "is refused, so a client that leaves a field out cannot wipe a memory."))
 
 
 # -- the app ----------------------------------------------------------------------------------------
@@ -418,6 +420,12 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
     @app.post("/v1/forget", tags=["write"])
     async def forget(body: ForgetIn, mem: Caller) -> dict[str, Any]:
         """Delete items, a session or a whole scope, and every trace derived from them."""
+        if body.ids is None and not body.session and body.run_id is None and not body.everything:
+            raise InvalidQueryError("say what to forget: ids, a session or run_id, or everything: true "
+                                    "for the whole scope")
+        if body.everything and (body.ids is not None or body.session):
+            raise InvalidQueryError("everything: true forgets the whole scope or run; do not combine it "
+                                    "with ids or a session")
         report = await within(mem.forget(ids=body.ids, session=body.session, **body.ident()),
                               conf.deadline_s, write=True)
         return {"forgotten": to_json(report)}
