@@ -110,6 +110,30 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path):
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("create", [True, False])
+def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path, create):
+    path = tmp_path / "app.db"
+    con = sqlite3.connect(path)
+    con.executescript("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');"
+                      "CREATE TABLE meta (k TEXT, v TEXT);")  # a "meta" table of its own, too
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="another application .*meta, notes"):
+        SQLiteStore(path, create=create)
+    assert path.read_bytes() == before  # no suffice table, and its journal mode unchanged
+
+
+def test_reading_an_empty_file_creates_no_store_there(tmp_path):
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(StoreError, match="no store at"):
+        SQLiteStore(path, create=False)
+    assert path.stat().st_size == 0
+    SQLiteStore(path).close()  # a write may make it one
+    assert SQLiteStore(path, create=False).schema_version == SCHEMA_VERSION
+
+
 def test_reading_a_missing_store_creates_nothing(tmp_path):
     path = tmp_path / "typo" / "store.db"
     with pytest.raises(StoreError, match="no store at"):

@@ -183,6 +183,7 @@ class SQLiteStore:
             raise StoreError(f"cannot open store at {self.path}: {exc}") from None
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            self._refuse_foreign(create)
             if self.path != ":memory:":
                 self._retry(lambda: self._conn.execute("PRAGMA journal_mode = WAL"))
             self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -195,6 +196,24 @@ class SQLiteStore:
         except BaseException:
             self._conn.close()
             raise
+
+    def _refuse_foreign(self, create: bool) -> None:
+        """Before anything is written: a database of another application is never turned into
+        a store (its journal mode and tables stay its own), and with ``create=False`` neither
+        is an empty file."""
+        tables = {name for (name,) in self._retry(lambda: self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall())}
+        if "meta" in tables and any(r[1] == "key" for r in self._conn.execute("PRAGMA table_info(meta)")) \
+                and self._retry(lambda: self._conn.execute(
+                    "SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone()) is not None:
+            return  # a suffice store (any schema version)
+        own = {t for t in tables if not t.startswith("sqlite_")}
+        if own:
+            shown = ", ".join(sorted(own)[:5]) + (", ..." if len(own) > 5 else "")
+            raise StoreError(f"{self.path} is an SQLite database of another application (tables: "
+                             f"{shown}), not a suffice store; name another file")
+        if not create:
+            raise StoreError(f"no store at {self.path} (the file holds no suffice store)")
 
     # -- plumbing -------------------------------------------------------------------------------
 
