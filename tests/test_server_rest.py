@@ -147,6 +147,10 @@ def test_a_bad_add_writes_nothing(dev, mem):
     assert r.status_code == 422 and "empty" in r.json()["error"]["message"]
     r = httpx.post(f"{dev}/v1/items", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 422
+    latin1 = '{"user_id": "ana", "items": ["caf\xe9"]}'.encode("latin-1")  # not UTF-8
+    r = httpx.post(f"{dev}/v1/items", content=latin1, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", r.text
+    assert "not UTF-8" in r.json()["error"]["message"]
     assert mem.stats().items == before
 
 

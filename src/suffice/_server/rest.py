@@ -282,6 +282,11 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            # FastAPI reads a body that is not UTF-8 as a bare 400: a malformed body, as any other
+            cause = exc.__cause__
+            return _error(422, "invalid_input", f"the body is not UTF-8 JSON ({cause.reason} at byte "
+                          f"{cause.start})", "InvalidInputError")
         return _error(exc.status_code, f"http_{exc.status_code}", str(exc.detail))
 
     @app.exception_handler(Exception)
