@@ -142,7 +142,9 @@ def test_stdio_session_remember_list_recall_ask_forget(tmp_path: Path, embedder:
             assert text.startswith("InvalidQueryError: give scope or user_id")
             text = error_text(await client.call_tool("recall", {"query": "x", "scope": "dana",
                                                                 "budget_tokens": MAX_BUDGET + 1}))
-            assert "budget_tokens" in text and "less than or equal" in text
+            assert text == "InvalidInputError: budget_tokens: Input should be less than or equal to 200000"
+            text = error_text(await client.call_tool("remember", {"items": "not a list", "scope": "dana"}))
+            assert text.startswith("InvalidInputError: items: ") and "\n" not in text
             text = error_text(await client.call_tool("forget", {"scope": "dana"}))
             assert text.startswith("InvalidQueryError: say what to forget")
 

@@ -50,11 +50,34 @@ try:
     from mcp.server.auth.provider import AccessToken
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
+    from pydantic import ValidationError
 except ImportError as exc:  # pragma: no cover - the [server] extra is not installed
     raise MissingExtraError("server", "mcp") from exc
 
 log = logging.getLogger("suffice.mcp")
+
+
+class _Server(MCPServer[Any]):
+    """The SDK's server, with arguments that fail their schema reported in one line, as every
+    other refusal is (``InvalidInputError: budget_tokens: Input should be ...``), not as
+    pydantic's multi-line dump with a link in it."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            errors = cause.errors(include_url=False, include_input=False)
+            if not errors:
+                raise ToolError("InvalidInputError: invalid arguments") from cause
+            where = ".".join(str(p) for p in errors[0]["loc"])
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise ToolError(f"InvalidInputError: {where + ': ' if where else ''}"
+                            f"{errors[0]['msg']}{more}") from cause
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_ITEMS = 2_000
@@ -471,8 +494,8 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         # A resource server only: no OAuth routes, no metadata; the issuer is a required field.
         auth = {"token_verifier": KeyVerifier(keys),
                 "auth": AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None)}
-    server: MCPServer[Any] = MCPServer(name, version=__version__, instructions=INSTRUCTIONS,
-                                       log_level=log_level, **auth)
+    server: MCPServer[Any] = _Server(name, version=__version__, instructions=INSTRUCTIONS,
+                                     log_level=log_level, **auth)
 
     async def remember(
         items: Annotated[list[Entry], Field(min_length=1, max_length=MAX_ITEMS, description=(
