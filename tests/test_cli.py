@@ -73,6 +73,16 @@ def test_the_same_line_in_two_files_is_two_turns_and_both_are_stored(db, tmp_pat
     assert run("--db", db, "items", "--user", "bo", "--json").output.count('"yes"') == 2
 
 
+def test_stats_names_its_scope_as_every_other_command(db):
+    run("--db", db, "add", "Ana likes tea.", "--user", "ana")
+    run("--db", db, "add", "Bo likes tea.", "--user", "bo")
+    whole = run("--db", db, "stats").output.replace("  ", "")
+    r = run("--db", db, "stats", "--user", "ana")
+    assert r.exit_code == 0, r.output
+    assert "items: 1" in r.output.replace("  ", "") and "items: 2" in whole
+    assert "scopes: 1" in r.output.replace("  ", "") and "scopes: 2" in whole
+
+
 def test_an_item_error_names_the_files_line_and_a_refused_add_leaves_no_new_store(tmp_path):
     f = tmp_path / "items.jsonl"
     f.write_text('{"text": "fine"}\n\n{"role": "user", "content": "also fine"}\n{"text": "   "}\n')

@@ -528,12 +528,12 @@ def check(db: DbOpt = None) -> None:
 
 
 @app.command()
-def stats(scope: Annotated[str | None, typer.Option("--scope", "-s")] = None,
+def stats(scope: ScopeOpt = None, user: UserOpt = None, agent: AgentOpt = None, run: RunOpt = None,
           db: DbOpt = None) -> None:
-    """Counts of the store (or of one scope)."""
+    """Counts of the store (or of one scope, named as elsewhere)."""
     with errors():
         mem = open_memory(db, create=False, embedder=None)
-        s = mem.stats(scope)
+        s = mem.stats(**where(scope, user, agent, run))
         for key, value in asdict(s).items():
             say(f"{key:>15}: {value}")
 
