@@ -69,7 +69,7 @@ def test_a_view_reads_and_writes_its_own_scope(mem):
     lambda m: m.items(user_id="bob"),
     lambda m: m.get("x", user_id="bob"),
     lambda m: m.add("sneaky", user_id="bob"),
-    lambda m: m.forget(user_id="bob"),
+    lambda m: m.forget(user_id="bob", everything=True),
     lambda m: m.stats("user:bob"),
     lambda m: m.ask("Where?", user_id="bob", llm=None),
     lambda m: m.search("Lisbon"),  # the default scope is a scope too
@@ -106,7 +106,7 @@ def test_closing_a_view_leaves_the_memory_open(mem):
 
 
 def test_audit_lines_of_a_view_are_its_own(mem):
-    mem.forget(user_id="bob")
+    mem.forget(user_id="bob", everything=True)
     mem.restrict(["user:ana"]).forget(ids=[mem.items(user_id="ana")[0].id], user_id="ana")
     assert len(mem.audit()) == 2
     assert len(mem.restrict(["user:ana"]).audit()) == 1

@@ -75,7 +75,7 @@ def test_forget_leaves_no_trace(tmp_path_factory, embedder, case):
         report = mem.forget("ana", session=session)
     else:
         gone = items
-        report = mem.forget("ana")
+        report = mem.forget("ana", everything=True)
     kept = [it for it in items if it not in gone]
     marks = [it.id[2:] for it in gone]
     assert report.items == len(gone) and report.checkpointed and report.scrubbed
@@ -169,6 +169,15 @@ def test_forget_takes_what_to_forget_and_nothing_else(memory):
         memory.forget("dana", ids=["x"], session="s1")
     with pytest.raises(InvalidQueryError, match="agent_id"):
         memory.forget(user_id="ana", agent_id="bot")
+    # The whole scope is said in words: a call whose ids came back None wipes nothing.
+    for nothing in ({}, {"ids": None}, {"session": None}):
+        with pytest.raises(InvalidQueryError, match="say what to forget"):
+            memory.forget("dana", **nothing)
+    with pytest.raises(InvalidQueryError, match="do not combine"):
+        memory.forget("dana", ids=["x"], everything=True)
+    with pytest.raises(InvalidQueryError, match="True or False"):
+        memory.forget("dana", everything="yes")  # type: ignore[arg-type]
+    assert memory.stats("dana").items > 0
     assert memory.forget("dana", ids=["no-such-id"]).items == 0
     memory.add("Ana's run", user_id="ana", run_id="r1")
     memory.add("Ana's other run", user_id="ana", run_id="r2")

@@ -70,7 +70,7 @@ def build(path: Path) -> None:
         mem.add(ODD, scope="zoë/日本")
         mem.add(history_items()[:6], scope="gone")
         mem.forget(scope="dana", ids=["h3", "h11"])
-        mem.forget(scope="gone")
+        mem.forget(scope="gone", everything=True)
     st = SQLiteStore(path)
     try:  # items that were never embedded, and a second encoder's vectors on some others
         st.append("raw", [ItemRow(NewItem(f"raw note {i}", id=f"r{i}"), "", None, 3, [(0, 3), (4, 8)],
@@ -427,7 +427,7 @@ def test_check_names_a_transfer_that_never_finished_until_its_scope_is_forgotten
             "scope 'dana': a transfer from backup.jsonl began 2026-12-04T12:00:00+00:00 and did not "
             "finish (4 of 28 items are here): run the same import or migrate again to complete it, "
             "or forget the scope"]
-        mem.forget(scope="dana")
+        mem.forget(scope="dana", everything=True)
         assert mem.check() == [] and mem.store.unfinished_transfers() == {}
 
 

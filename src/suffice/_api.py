@@ -620,12 +620,13 @@ class Memory:
 
     def forget(self, scope: str | None = None, ids: Iterable[str] | None = None,
                session: str | None = None, *, user_id: str | None = None, agent_id: str | None = None,
-               run_id: str | None = None) -> ForgetReport:
+               run_id: str | None = None, everything: bool = False) -> ForgetReport:
         """Delete items and every trace derived from them, for privacy; the one exception to
         immutability.
 
-        Without ``ids`` or ``session``: the whole scope (all of a user's memory with
-        ``user_id=...``); ``run_id`` forgets that run. Pieces, full-text entries, vectors,
+        ``ids``, a ``session``, or a run (``run_id``) say what goes; the whole scope (all of a
+        user's memory with ``user_id=...``) takes ``everything=True``, so that a call whose
+        ``ids`` came back None cannot wipe a memory. Pieces, full-text entries, vectors,
         records, links and caches go too; freed pages are overwritten and the write-ahead
         log is emptied, so the text is gone from the files. An audit line keeps digests and
         counts, never the text. Returns what was removed (0 items when nothing matched).
@@ -635,6 +636,14 @@ class Memory:
             raise InvalidQueryError("forget takes a scope, ids or a session; agent_id cannot narrow "
                                     "a forget (forget its ids, or its own scope)")
         session = _pick_session(ident, session)
+        if not isinstance(everything, bool):
+            raise InvalidQueryError(f"everything must be True or False, got {everything!r}")
+        if ids is None and session is None and run_id is None and not everything:
+            raise InvalidQueryError("say what to forget: ids, a session or run_id, or everything=True "
+                                    "for the whole scope")
+        if everything and (ids is not None or session is not None):
+            raise InvalidQueryError("everything=True forgets the whole scope or run; do not combine it "
+                                    "with ids or a session")
         if ids is not None:
             if isinstance(ids, str):
                 ids = [ids]

@@ -470,7 +470,8 @@ def forget(
         if everything and (item_ids or session is not None):
             fail("--all forgets the whole scope; do not combine it with --id or --session")
         mem = open_memory(db, create=False, embedder=None)
-        r = mem.forget(ids=item_ids or None, session=session, **where(scope, user, None, run))
+        r = mem.forget(ids=item_ids or None, session=session, everything=everything,
+                       **where(scope, user, None, run))
         notes = []
         if r.items and not r.checkpointed:
             notes.append("the write-ahead log is still in use by another process and will be "

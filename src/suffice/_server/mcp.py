@@ -606,7 +606,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
             if everything and (ids or session):
                 raise InvalidQueryError("everything=true forgets the whole scope or run; do not "
                                         "combine it with ids or a session")
-            return {"forgotten": to_json(mem.forget(ids=ids, session=session,
+            return {"forgotten": to_json(mem.forget(ids=ids, session=session, everything=everything,
                                                     **where(scope, user_id, None, run_id)))}
         return await call("forget", run)
 

@@ -426,12 +426,11 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
     async def forget(body: ForgetIn, mem: Caller) -> dict[str, Any]:
         """Delete items, a session or a whole scope, and every trace derived from them."""
         if body.ids is None and not body.session and body.run_id is None and not body.everything:
+            # Said in the body's words (everything: true), before the core says it in Python's.
             raise InvalidQueryError("say what to forget: ids, a session or run_id, or everything: true "
                                     "for the whole scope")
-        if body.everything and (body.ids is not None or body.session):
-            raise InvalidQueryError("everything: true forgets the whole scope or run; do not combine it "
-                                    "with ids or a session")
-        report = await within(mem.forget(ids=body.ids, session=body.session, **body.ident()),
+        report = await within(mem.forget(ids=body.ids, session=body.session or None,
+                                         everything=body.everything, **body.ident()),
                               conf.deadline_s, write=True)
         return {"forgotten": to_json(report)}
 
