@@ -39,7 +39,7 @@ demo: $(VENV)/.installed $(VENV)/.judge
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
-# Kills, load, fuzzing and provider faults (several minutes; not part of `make test`).
+# Kills, load, fuzzing and provider faults (about 40 minutes on 2 cores; not part of `make test`).
 reliability: $(VENV)/.installed
 	$(PIP) install -q -e '.[reliability]'
 	$(PY) benchmarks/reliability.py all --json docs/results/reliability.json
