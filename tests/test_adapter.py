@@ -277,3 +277,37 @@ def test_the_mcp_server_fits_the_same_way(mem):
     body = anyio.run(main)
     again = to_json(mem.fit(msgs, 1200, scope="run-1"))
     assert without_timings({**body, "stored": 0}) == without_timings(again)
+
+
+def test_a_pending_call_whose_results_are_too_long_together_is_sent_with_every_result_cut(mem):
+    """The current turn (the call and all its results) is what the next step reads: when the
+    results do not fit whole, each is cut, none is dropped, and the call stays whole."""
+    logs = ["\n".join(f"job {j} step {i} ok" for i in range(700)) + f"\nEND OF LOG {j}" for j in range(3)]
+    msgs = [SYSTEM, {"role": "user", "content": "Fix the failing build."},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{j}", "type": "function", "function": {"name": "logs", "arguments": f'{{"job": {j}}}'}}
+                for j in range(3)]},
+            *({"role": "tool", "tool_call_id": f"c{j}", "content": logs[j]} for j in range(3))]
+    fitted = mem.fit(msgs, 4000, scope="run-1")
+    assert fitted.tokens <= 4000
+    tail = fitted.messages[-4:]
+    assert tail[0] == msgs[2] and [m.get("tool_call_id") for m in tail[1:]] == ["c0", "c1", "c2"]
+    for j, m in enumerate(tail[1:]):
+        assert f"END OF LOG {j}" in m["content"] and "left out here to fit the budget" in m["content"]
+
+
+def test_a_budget_that_cannot_hold_the_newest_turn_is_a_budget_error_after_storing(mem):
+    msgs = [{"role": "user", "content": "Summarise this: " + "word " * 400}]
+    with pytest.raises(BudgetError, match="newest message .* cannot be sent within 60 tokens"):
+        mem.fit(msgs, 60, scope="run-1")
+    assert len(mem.items(scope="run-1")) == 1  # stored all the same: nothing lost
+
+
+def test_an_image_in_a_newest_message_that_is_cut_is_kept(mem):
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    msgs = [SYSTEM, {"role": "user", "content": [
+        {"type": "text", "text": "What is wrong in this screenshot? " + "context " * 5000}, image]}]
+    fitted = mem.fit(msgs, 3000, scope="run-1")  # an image counts 765 tokens
+    newest = fitted.messages[-1]
+    assert fitted.tokens <= 3000 and image in newest["content"]
+    assert "left out here" in newest["content"][0]["text"]

@@ -201,9 +201,15 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     cut_newest = False
     if start == len(msgs):  # the newest message alone is over the budget: send it cut
         newest = _newest_cut(msgs, costs, lead, budget_tokens - fixed)
-        if newest is not None:
-            start, recent, cut_newest = len(msgs) - len(newest), newest, True
-            used = sum(message_tokens(m) for m in newest)
+        if newest is None:
+            # Sent without its newest turn, the list would ask the model about nothing (or be
+            # empty): refuse, after storing it, so the caller can widen the budget.
+            kind = "tokens of tool calls, which cannot be cut" if _calls(msgs[-1]) else "tokens"
+            raise BudgetError(f"the newest message ({costs[-1]} {kind}) cannot be sent within "
+                              f"{budget_tokens} tokens, even cut, beside {fixed} tokens of system "
+                              "messages; it is stored")
+        start, recent, cut_newest = len(msgs) - len(newest), newest, True
+        used = sum(message_tokens(m) for m in newest)
 
     left = budget_tokens - fixed - used - MESSAGE_OVERHEAD - count_tokens(MEMORY_HEADER) - 1
     context = None
@@ -273,25 +279,52 @@ CUT_MARKER = "[... part of this message left out here to fit the budget; all of 
 def _newest_cut(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead: int, room: int
                 ) -> list[dict[str, Any]] | None:
     """The newest message cut to half of ``room`` (head and tail, marked), after the tool call
-    and sibling results it answers, whole: the model must still see the current turn, and
-    a tool result may not come without its call. None when that cannot be done (a newest
+    it answers: the model must still see the current turn, and a tool result may not come
+    without its call. The call's other results are sent whole when they fit beside it, else
+    every result of the call is cut to an equal share. None when that cannot be done (a newest
     message of tool calls, whose arguments cannot be cut, or a call too long itself)."""
     last = msgs[-1]
-    if last.get("tool_calls") or last.get("function_call"):
+    if _calls(last):
         return None
-    before: list[dict[str, Any]] = []
-    if last["role"] in RESULT_ROLES:
-        call = _asking_call(msgs, len(msgs) - 1, lead)
-        if call is None:
-            return None
-        before = [dict(m) for m in msgs[call:-1]]
-    share = room // 2 - sum(costs[len(msgs) - 1 - len(before):-1])
-    text, _ = _text_of(last)
+    if last["role"] not in RESULT_ROLES:
+        cut = _cut_to(last, room // 2)
+        return [cut] if cut is not None else None
+    call = _asking_call(msgs, len(msgs) - 1, lead)
+    if call is None:
+        return None
+    siblings = list(range(call + 1, len(msgs) - 1))
+    whole = _cut_to(last, room // 2 - sum(costs[call:len(msgs) - 1]))
+    if whole is not None:
+        return [*(dict(msgs[i]) for i in range(call, len(msgs) - 1)), whole]
+    each = (room // 2 - costs[call]) // (len(siblings) + 1)
+    results = [_cut_to(msgs[i], each) for i in [*siblings, len(msgs) - 1]]
+    if any(r is None for r in results):
+        return None
+    return [dict(msgs[call]), *(r for r in results if r is not None)]
+
+
+def _cut_to(msg: Mapping[str, Any], room: int) -> dict[str, Any] | None:
+    """``msg`` within ``room`` tokens, its text cut in the middle (marked); parts that are not
+    text (an image) are kept, after the text. None when there is too little room."""
+    if message_tokens(msg) <= room:
+        return dict(msg)
+    text, others = _text_of(msg)
+    out = {k: v for k, v in msg.items() if k != "content"}
+    share = room - message_tokens(out) - others * PART_TOKENS
     if share < 50 or not text:
         return None
-    out = {k: v for k, v in last.items() if k != "content"}
-    out["content"] = cut_middle(text, share - message_tokens(out), CUT_MARKER)
-    return [*before, out]
+    cut = cut_middle(text, share, CUT_MARKER)
+    content = msg.get("content")
+    if isinstance(content, list) and others:
+        kept = [p for p in content if isinstance(p, Mapping) and p.get("type") not in TEXT_PARTS]
+        out["content"] = [{"type": "text", "text": cut}, *kept]
+    else:
+        out["content"] = cut
+    return out
+
+
+def _calls(msg: Mapping[str, Any]) -> bool:
+    return bool(msg.get("tool_calls") or msg.get("function_call"))
 
 
 def _last_text(msgs: Sequence[Mapping[str, Any]]) -> str:
