@@ -592,3 +592,13 @@ def test_block_agents_that_failed_mark_the_deep_answer_degraded(memory):
                      engine=EngineConfig(deep_agents=True))  # the wider evidence still answers
     r = ans.receipt
     assert r.path == "deep" and ans.text == "Figo" and r.degraded
+
+
+@pytest.mark.parametrize(("kwargs", "why"), [({"session": "no-such-session"}, "no item"),
+                                             ({"budget": 0}, "budget")])
+def test_an_empty_context_says_why_on_the_receipt(memory, kwargs, why):
+    """The reader is still asked (it may say the memory has nothing), but the receipt says the
+    memory it read was empty, and why."""
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), mode="fast", **kwargs)
+    assert ans.receipt.context_tokens == 0
+    assert any(why in n for n in ans.receipt.notes), ans.receipt.notes

@@ -179,16 +179,19 @@ class Engine:
     # -- context for the reader ---------------------------------------------------------------
 
     def fast_context(self, question: str, budget: int, ranking: Ranking, evidence: Evidence,
-                     config: EngineConfig, render: RenderConfig, retrieval: RetrievalConfig
-                     ) -> tuple[str, tuple[ContextPart, ...]]:
+                     config: EngineConfig, render: RenderConfig, retrieval: RetrievalConfig,
+                     notes: list[str] | None = None) -> tuple[str, tuple[ContextPart, ...]]:
         """The reader's context on the fast path, within ``budget`` tokens.
 
         ``render``: the budgeted memory (timeline + detail) built from ``ranking``.
         ``prefix``: the hits of ``evidence`` taken in rank order while they fit, shown in time order.
+        Why the context is empty, when it is (no item matches, no room), goes to ``notes``.
         """
         if config.context == "render":
             ctx = self.renderer.render(ranking.scope, question, budget, config=render, retrieval=retrieval,
                                        ranking=ranking, flt=ranking.filter)
+            if notes is not None and ctx.notice and ctx.notice not in notes:
+                notes.append(ctx.notice)
             return ctx.text, ctx.parts
         cap = int(render.prompt_cap * budget)
         ranked = [(h, count_tokens(h.item.render()) + 1) for h in evidence.hits]
@@ -197,6 +200,9 @@ class Engine:
         text = "\n".join(h.item.render() for h, _ in chosen)
         parts = tuple(ContextPart("raw", h.unit, (h.seq,), n, f"prefix rank {h.rank + 1}", h.score)
                       for h, n in chosen)
+        if notes is not None and not text:
+            notes.append("no hit of the prefix fits the context" if ranked
+                         else "no item matched the query; the reader read an empty memory")
         return text, parts
 
     # -- the query path -----------------------------------------------------------------------
@@ -238,7 +244,7 @@ class Engine:
             # The router reads what the fast reader would read, so the context is made first;
             # on an early stop it is the one answered from.
             t = time.perf_counter()
-            fast = self.fast_context(question, budget, ranking, ranked, config, render, retrieval)
+            fast = self.fast_context(question, budget, ranking, ranked, config, render, retrieval, notes)
             stages["context"] = _ms(t)
             t = time.perf_counter()
             decision = self._route(self.router_input(question, fast[0], fast[1], evidence, ranking),
@@ -279,7 +285,7 @@ class Engine:
 
         if fast is None:
             t = time.perf_counter()
-            fast = self.fast_context(question, budget, ranking, ranked, config, render, retrieval)
+            fast = self.fast_context(question, budget, ranking, ranked, config, render, retrieval, notes)
             stages["context"] = stages.get("context", 0.0) + _ms(t)
         context, parts = fast
         t = time.perf_counter()
