@@ -476,6 +476,8 @@ def test_a_failing_deep_model_degrades_to_the_fast_model_and_says_so(memory):
     assert ans.text == "Figo" and r.path == "fast" and r.degraded
     assert any("aggregation failed" in n for n in r.notes)
     assert [c.stage for c in r.calls][-1] == "answer"  # the fast model answered in the end
+    model = next(lv for lv in r.levers if lv.name == "model")  # the lever says it failed, not that it wrote
+    assert "failed" in model.detail and "wrote the answer" not in model.detail
 
 
 def test_an_early_stop_can_be_answered_by_the_deep_model_over_the_fast_budget(memory):
@@ -524,6 +526,7 @@ def test_an_early_stop_whose_deep_model_fails_is_answered_by_the_fast_reader(mem
     assert ans.text == "Figo" and r.path == "fast" and r.degraded
     assert any("aggregation failed" in n for n in r.notes)
     assert [c.stage for c in r.calls][-1] == "answer"
+    assert all("wrote the answer" not in lv.detail for lv in r.levers)
 
 
 def test_a_when_question_gets_room_for_every_date_its_evidence_states(tmp_path, embedder):

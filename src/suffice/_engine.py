@@ -156,6 +156,13 @@ class Answer:
     evidence: tuple[Item, ...] = field(default=())
 
 
+
+def _model_lever(deep: str, fast: str, ok: bool) -> str:
+    """What the capacity lever did: the deep model wrote the answer, or was asked and failed."""
+    if ok:
+        return f"{deep} wrote the answer (fast path: {fast})"
+    return f"{deep} was asked to write the answer and failed; the fast path ({fast}) answered"
+
 class Engine:
     """Answers questions over one store with one reader model, from the parts Memory composed."""
 
@@ -529,7 +536,7 @@ class Engine:
         if reader is not self.llm:
             answer_calls = [c for c in ledger.records if c.stage == "aggregate"]
             levers.append(LeverReceipt(
-                "model", f"{reader.model} wrote the answer (fast path: {self.llm.model})",
+                "model", _model_lever(reader.model, self.llm.model, ok),
                 stages.get("aggregate", 0.0), sum(c.input_tokens + c.output_tokens for c in answer_calls),
                 math.fsum(c.cost_usd for c in answer_calls)))
         if not ok:
@@ -587,7 +594,7 @@ class Engine:
         if reader is not self.llm:
             calls = [c for c in ledger.records if c.stage == "aggregate"]
             levers.append(LeverReceipt(
-                "model", f"{reader.model} wrote the answer (fast path: {self.llm.model})",
+                "model", _model_lever(reader.model, self.llm.model, ok),
                 stages["aggregate"], sum(c.input_tokens + c.output_tokens for c in calls),
                 math.fsum(c.cost_usd for c in calls)))
         if not ok:
