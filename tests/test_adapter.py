@@ -285,7 +285,8 @@ def test_a_pending_call_whose_results_are_too_long_together_is_sent_with_every_r
     logs = ["\n".join(f"job {j} step {i} ok" for i in range(700)) + f"\nEND OF LOG {j}" for j in range(3)]
     msgs = [SYSTEM, {"role": "user", "content": "Fix the failing build."},
             {"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"c{j}", "type": "function", "function": {"name": "logs", "arguments": f'{{"job": {j}}}'}}
+                {"id": f"c{j}", "type": "function",
+                 "function": {"name": "logs", "arguments": f'{{"job": {j}}}'}}
                 for j in range(3)]},
             *({"role": "tool", "tool_call_id": f"c{j}", "content": logs[j]} for j in range(3))]
     fitted = mem.fit(msgs, 4000, scope="run-1")

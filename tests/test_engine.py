@@ -605,3 +605,20 @@ def test_an_empty_context_says_why_on_the_receipt(memory, kwargs, why):
     ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), mode="fast", **kwargs)
     assert ans.receipt.context_tokens == 0
     assert any(why in n for n in ans.receipt.notes), ans.receipt.notes
+
+
+class _Broken:
+    """A caller's own model class that fails its own way (not a ProviderError)."""
+
+    model = "homemade"
+
+    def chat(self, messages, **kwargs):  # noqa: ANN001, ANN003
+        raise RuntimeError("socket closed by the proxy")
+
+
+@pytest.mark.parametrize("mode", ["fast", "deep"])
+def test_a_model_that_raises_any_error_degrades_instead_of_sinking_the_query(memory, mode):
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=_Broken(), mode=mode)  # type: ignore[arg-type]
+    r = ans.receipt
+    assert r.degraded and "Figo" in ans.text  # the top prefix hit, as for a provider failure
+    assert any("RuntimeError: socket closed by the proxy" in n for n in r.notes), r.notes

@@ -132,6 +132,16 @@ def test_a_failing_model_falls_back_and_the_query_still_gets_a_summary(embedder)
     assert "Figo" in res.text
 
 
+def test_a_model_failing_its_own_way_falls_back_too(embedder) -> None:  # type: ignore[no-untyped-def]
+    """A caller's own model class may raise anything: the rung fails, the next one runs."""
+    llm = ScriptedLLM([RuntimeError("socket closed by the proxy")] * 10)
+    q = "What is the name of Dana's cat?"
+    res = pipeline(llm, embedder).run(q, chunks(embedder), FixedTiers.all("high").chooser(q),
+                                      qvec=embedder.embed_query(q))
+    assert all(m.tier == "mid" and "RuntimeError" in m.note for m in res.modules)
+    assert "Figo" in res.text
+
+
 def test_a_provider_outage_is_not_remembered_but_unusable_output_is(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
     """A cached failure is replayed for good, so only failures that would repeat are cached."""
     q = "What is the name of Dana's cat?"

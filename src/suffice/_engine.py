@@ -8,6 +8,7 @@ time, and the call costs sum to the total.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -27,7 +28,7 @@ from ._deep import (
     run_agents,
     with_dates,
 )
-from ._errors import ConfigError, DeadlineError, InvalidInputError, ProviderError
+from ._errors import DeadlineError, InvalidInputError, ProviderError
 from ._llm.base import LLM, CallRecord, Ledger, Message
 from ._llm.parse import extract_answer
 from ._pipeline import ModuleReceipt, TieredAgent
@@ -156,6 +157,8 @@ class Answer:
     evidence: tuple[Item, ...] = field(default=())
 
 
+
+log = logging.getLogger("suffice.engine")
 
 def _model_lever(deep: str, fast: str, ok: bool) -> str:
     """What the capacity lever did: the deep model wrote the answer, or was asked and failed."""
@@ -395,6 +398,9 @@ class Engine:
             return str(exc), False
         except ProviderError as exc:
             return str(exc), False
+        except Exception as exc:  # a caller's own model class that fails its own way: degrade too
+            log.warning("model %s failed at %s", model.model, stage, exc_info=True)
+            return f"{type(exc).__name__}: {exc}", False
         if out.finish_reason == "length":
             notes.append(f"the {stage} reply of {model.model} reached its {cap}-token cap and may "
                          "be cut off")
@@ -570,7 +576,7 @@ class Engine:
         try:
             result = agent.read(question, ranking, self.store, scope, budget=deep_budget,
                                 ledger=ledger, deadline=clock.deadline)
-        except (ProviderError, ConfigError) as exc:
+        except Exception as exc:  # a provider, a config, or a caller's own model class
             stages["tiers"] = _ms(t)
             notes.append(f"tiered pipeline failed ({type(exc).__name__}: {exc}); the fast path answered")
             return None, (), (), ()

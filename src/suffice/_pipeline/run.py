@@ -393,7 +393,7 @@ class TieredPipeline:
                 t0 = time.perf_counter()
                 try:
                     value, _ = run(low, mid, llm)
-                except (SufficeError, ValueError, KeyError, IndexError) as exc:
+                except Exception as exc:  # the rung fails, the next one down runs: said on the receipt
                     hit = self._spent(t0, {"failed": f"{type(exc).__name__}: {str(exc)[:80]}"})
                     if _repeats(exc):
                         self.cache.put(key, hit)
@@ -526,6 +526,8 @@ def _repeats(exc: Exception) -> bool:
     """Whether a module failure would happen again on the same input: unusable output or bad
     input would; a provider or configuration failure (server down, deadline, no model, a
     missing extra) is about the environment and may be gone on the next run."""
-    if isinstance(exc, OutputParseError):
+    if isinstance(exc, (OutputParseError, ValueError, KeyError, IndexError)):
         return True
-    return not isinstance(exc, (ConfigError, ProviderError))
+    # Another suffice error is about the input; anything else (a caller's own model class
+    # failing its own way) may not recur, so it is not remembered.
+    return isinstance(exc, SufficeError) and not isinstance(exc, (ConfigError, ProviderError))
