@@ -218,6 +218,7 @@ def test_a_router_score_outside_0_1_sends_the_query_deep(memory, bad):
 
     r = memory.ask(llm=reader(), router=Odd(), question="Kyoto trip", scope="dana", mode="auto").receipt
     assert r.path == "deep" and any("not a score in [0, 1]" in n for n in r.notes)
+    assert r.router_score is None  # no score was given: none is shown (0.0 read as a real one)
 
 
 def test_a_crashing_router_sends_the_query_deep(memory):
@@ -229,6 +230,7 @@ def test_a_crashing_router_sends_the_query_deep(memory):
 
     r = memory.ask(llm=reader(), router=Broken(), question="Kyoto trip", scope="dana", mode="auto").receipt
     assert r.path == "deep" and any("router broken failed (KeyError" in n for n in r.notes)
+    assert r.router_score is None and r.router == "broken"
 
 
 def test_score_router_is_a_probability_with_reasons(memory):

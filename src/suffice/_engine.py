@@ -110,6 +110,8 @@ class Receipt:
     t_e2e_ms: float
     router: str = ""
     router_score: float | None = None
+    """The router's score in auto mode; None when it gave none (failed, over its input budget,
+    out of time, or a value outside [0, 1]: the query went deep and ``router_reason`` says why)."""
     tau: float | None = None
     router_reason: str = ""
     blocks: tuple[BlockReceipt, ...] = ()
@@ -669,7 +671,7 @@ class Engine:
             hits=evidence.hits, context_tokens=context_tokens, parts=tuple(parts),
             calls=tuple(ledger.records), stages_ms=dict(stages), t_mem_ms=t_mem, t_e2e_ms=t_e2e,
             router=self.router.name if decision is not None else "",
-            router_score=decision.score if decision else None,
+            router_score=decision.score if decision is not None and decision.ok else None,
             tau=tau if decision else None, router_reason=decision.reason if decision else "",
             blocks=blocks, degraded=degraded, notes=tuple(notes), deadline_s=clock.timeout_s,
             out_of_time=tuple(dict.fromkeys(clock.missed)), levers=levers,
