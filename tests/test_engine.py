@@ -4,7 +4,7 @@ auto follows the router, and every receipt adds up."""
 import pytest
 from conftest import history_items
 
-from suffice import EngineConfig, InvalidInputError, Memory, ProviderError, StoreConfig
+from suffice import EngineConfig, InvalidInputError, InvalidQueryError, Memory, ProviderError, StoreConfig
 from suffice._deep import choose_blocks
 from suffice._engine import split_aggregate
 from suffice._llm import Price, ScriptedLLM
@@ -515,6 +515,7 @@ def test_an_early_stop_answered_by_the_deep_model_renders_its_context_once(memor
     assert r.path == "fast" and r.model == "strong" and renders == [300]
     stop_prompt = strong.calls[-1]
     renders.clear()
+    del ask["router"], ask["tau"]  # auto mode's own
     deep = memory.ask(**{**ask, "mode": "deep", "engine": EngineConfig(deep_scale=1.0, deep_agents=False)})
     assert deep.receipt.path == "deep" and renders == [300]  # rendered afresh when nothing was made
     assert strong.calls[-1] == stop_prompt  # and the same prompt either way
@@ -624,3 +625,10 @@ def test_a_model_that_raises_any_error_degrades_instead_of_sinking_the_query(mem
     r = ans.receipt
     assert r.degraded and "Figo" in ans.text  # the top prefix hit, as for a provider failure
     assert any("RuntimeError: socket closed by the proxy" in n for n in r.notes), r.notes
+
+
+@pytest.mark.parametrize("mode", ["fast", "deep"])
+def test_tau_or_a_router_outside_auto_mode_is_refused_not_ignored(memory, mode):
+    for extra in ({"tau": 0.9}, {"router": ScoreRouter()}):
+        with pytest.raises(InvalidQueryError, match="mode='auto' only"):
+            memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), mode=mode, **extra)

@@ -865,6 +865,10 @@ class Memory:
                 raise InvalidQueryError(
                     f"{name} must be an object with a {method}() method (make_llm(...) gives a "
                     f"model; suffice.ScoreRouter a router), got {type(given).__name__} {given!r:.40}")
+        if mode != "auto" and (tau is not None or router is not None):
+            # Read only by auto mode's routing: silently ignored, it would look like it worked.
+            raise InvalidQueryError(f"tau and router apply to mode='auto' only (this call asks "
+                                    f"mode={mode!r})")
         if agent == "tiered":
             _check_tiered(mode, lam, tier_cap)  # before a model is loaded for nothing
         elif isinstance(agent, str):

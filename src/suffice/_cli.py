@@ -1140,6 +1140,8 @@ def ask(
             fail(f"unknown mode {mode!r}; use fast, deep or auto")
         if router not in ("default", "signals", "lm") and not Path(router).is_dir():
             fail(f"unknown router {router!r}; use default, signals, lm or a router folder")
+        if mode != "auto" and (router != "default" or tau is not None):
+            fail("--router and --tau go with --mode auto")
         mem = open_memory(db, create=False)
         llm = make_reader(provider, model, base_url)
         deep_llm = make_reader(provider, deep_model, base_url) if deep_model else None
