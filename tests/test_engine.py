@@ -632,3 +632,13 @@ def test_tau_or_a_router_outside_auto_mode_is_refused_not_ignored(memory, mode):
     for extra in ({"tau": 0.9}, {"router": ScoreRouter()}):
         with pytest.raises(InvalidQueryError, match="mode='auto' only"):
             memory.ask("What is the name of Dana's cat?", scope="dana", llm=reader(), mode=mode, **extra)
+
+
+def test_a_failed_answer_with_no_hit_to_fall_back_on_says_the_answer_is_empty(memory):
+    from suffice import RetrievalConfig
+
+    down = ScriptedLLM([ProviderError("down")])
+    ans = memory.ask("What is the name of Dana's cat?", scope="dana", llm=down, mode="fast",
+                     retrieval=RetrievalConfig(k=0))
+    assert ans.text == "" and ans.receipt.degraded
+    assert any("no prefix hit to return" in n for n in ans.receipt.notes), ans.receipt.notes

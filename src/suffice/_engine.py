@@ -307,7 +307,8 @@ class Engine:
         stages["answer"] = _ms(t)
         if not ok:
             degraded = True
-            notes.append(f"answer call failed ({text}); returned the top prefix hit instead")
+            notes.append(f"answer call failed ({text}); " + ("returned the top prefix hit instead"
+                         if evidence.hits else "no prefix hit to return, so the answer is empty"))
             text = evidence.hits[0].item.text if evidence.hits else ""
         return self._finish(question, scope, mode, "fast", text, evidence, parts,
                             count_tokens(context), ledger, stages, t0, decision, tau,
