@@ -312,3 +312,12 @@ def test_an_image_in_a_newest_message_that_is_cut_is_kept(mem):
     newest = fitted.messages[-1]
     assert fitted.tokens <= 3000 and image in newest["content"]
     assert "left out here" in newest["content"][0]["text"]
+
+
+@pytest.mark.parametrize("query", [5, "", "   "])
+def test_a_bad_query_is_refused_before_anything_is_stored(mem, query):
+    from suffice import InvalidQueryError
+
+    with pytest.raises(InvalidQueryError, match="query must be non-empty text"):
+        mem.fit(run(3), 200, scope="run-1", query=query)
+    assert "run-1" not in mem.scopes()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._config import RenderConfig, RetrievalConfig
-from ._errors import BudgetError, InvalidItemError
+from ._errors import BudgetError, InvalidItemError, InvalidQueryError
 from ._messages import TEXT_PARTS, check_message, message_items
 from ._render import Renderer
 from ._store.base import validate_item
@@ -150,6 +150,8 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     if isinstance(recent_share, bool) or not isinstance(recent_share, (int, float)) \
             or not 0.0 < recent_share <= 1.0:
         raise BudgetError(f"recent_share must be in (0, 1], got {recent_share!r}")
+    if query is not None and (not isinstance(query, str) or not query.strip()):
+        raise InvalidQueryError(f"query must be non-empty text when given, got {query!r:.40}")
     if memory_role not in MEMORY_ROLES:
         raise InvalidItemError(f"memory_role must be one of {', '.join(MEMORY_ROLES)}, got {memory_role!r}")
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
