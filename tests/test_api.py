@@ -236,6 +236,23 @@ def test_async_memory_gives_the_same_results(tmp_path, embedder):
     assert len(again.hits) == 3
 
 
+def test_an_async_memory_used_after_close_says_it_is_closed(tmp_path, embedder):
+    from suffice import ConfigError, StoreError
+
+    async def main():
+        mem = AsyncMemory(tmp_path / "a.db", embedder=embedder)
+        await mem.add("x", scope="s")
+        await mem.aclose()
+        with pytest.raises(StoreError, match="is closed"):
+            await mem.items(scope="s")
+
+    asyncio.run(main())
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ConfigError, match="workers"):
+            AsyncMemory(tmp_path / "b.db", embedder=embedder, workers=bad)
+    assert not (tmp_path / "b.db").exists()  # refused before a store is opened
+
+
 def test_closing_the_memory_ends_its_threads(tmp_path, embedder):
     before = {t.ident for t in threading.enumerate()}
     mem = Memory(tmp_path / "m.db", embedder=embedder)

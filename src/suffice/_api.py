@@ -1058,6 +1058,8 @@ class AsyncMemory:
 
     def __init__(self, path: str | os.PathLike[str] | Memory | None = None, *, workers: int = 4,
                  **kwargs: Any) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0:
+            raise ConfigError(f"workers must be a positive whole number, got {workers!r}")
         if isinstance(path, Memory):
             if kwargs:
                 raise ConfigError("AsyncMemory(memory) takes no other settings: the memory has them")
@@ -1086,7 +1088,11 @@ class AsyncMemory:
 
     async def _run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        try:
+            future = loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        except RuntimeError:  # the pool is shut down: say it as a closed Memory would
+            raise StoreError(f"this AsyncMemory ({self.path}) is closed") from None
+        return await future
 
     async def add(self, items: ItemLike | Sequence[ItemLike], **kwargs: Any) -> list[Item]:
         return await self._run(self._memory.add, items, **kwargs)
