@@ -321,3 +321,28 @@ def test_a_bad_query_is_refused_before_anything_is_stored(mem, query):
     with pytest.raises(InvalidQueryError, match="query must be non-empty text"):
         mem.fit(run(3), 200, scope="run-1", query=query)
     assert "run-1" not in mem.scopes()
+
+
+def test_a_fitted_list_sent_back_grown_stores_only_the_new_messages(mem):
+    """Some loops keep only what they sent: the fitted list, grown by the next turns. Its
+    memory message says how many messages it stands for, so the ones after it keep their
+    positions and nothing is stored twice, round after round."""
+    msgs = run(30)
+    fitted = mem.fit(msgs, 800, scope="run-1")
+    assert fitted.dropped > 0 and f"({fitted.dropped} earlier messages;" in fitted.messages[1]["content"]
+    stored = len(mem.items(scope="run-1", limit=None))
+    sent = fitted.messages
+    for n in range(3):
+        new = [{"role": "assistant", "content": f"Step {n}: checking io.py again."},
+               {"role": "user", "content": f"Round {n}: still failing."}]
+        again = mem.fit([*sent, *new], 800, scope="run-1")
+        assert again.stored == 2 and again.tokens <= 800
+        assert any(str(m["content"]).startswith("Memory of earlier steps") for m in again.messages)
+        stored += 2
+        assert len(mem.items(scope="run-1", limit=None)) == stored
+        sent = again.messages
+    # the same grown list as a whole history gives the same ids: nothing new either
+    whole = [*msgs, *(m for n in range(3) for m in (
+        {"role": "assistant", "content": f"Step {n}: checking io.py again."},
+        {"role": "user", "content": f"Round {n}: still failing."}))]
+    assert mem.fit(whole, 800, scope="run-1").stored == 0

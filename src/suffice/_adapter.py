@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,10 @@ PART_TOKENS = 765
 1024 x 1024 at high detail in OpenAI's accounting. An estimate on the high side, so that a
 window of screenshots does not pass for a few tokens."""
 MEMORY_HEADER = "Memory of earlier steps (verbatim, in time order; a timeline line per part):"
+MEMORY_PREFIX = "Memory of earlier steps"
+"""How every memory message begins; one that also says how many messages it stands for
+(``(N earlier messages; ...``) lets a list sent back keep its messages' positions."""
+_STANDS_FOR = re.compile(r"Memory of earlier steps \((\d+) earlier messages?;")
 LEADING_ROLES = ("system", "developer")
 MEMORY_ROLES = ("system", "developer", "user")
 RESULT_ROLES = ("tool", "function")
@@ -136,7 +141,12 @@ def _is_memory(msg: Mapping[str, Any]) -> bool:
     """A memory message an earlier ``fit`` made: sent back, it is dropped, not stored again."""
     content = msg.get("content")
     return (msg.get("role") in MEMORY_ROLES and isinstance(content, str)
-            and content.startswith(MEMORY_HEADER))
+            and content.startswith(MEMORY_PREFIX))
+
+
+def _memory_header(earlier: int) -> str:
+    """The memory message's first line, saying how many earlier messages it stands for."""
+    return MEMORY_HEADER.replace("(", f"({earlier} earlier message{'' if earlier == 1 else 's'}; ", 1)
 
 
 def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope: str,
@@ -157,12 +167,17 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidItemError("messages must be a list of chat messages")
     msgs: list[dict[str, Any]] = []
+    # A list an earlier fit returned, sent back grown: its memory message stands for the
+    # messages it replaced, so those after it keep their positions (and ids) in the whole run.
+    resumed_at, earlier = len(messages) + 1, 0
     for i, raw in enumerate(messages):
         m = _plain(raw)
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise InvalidItemError(f"message {i}: a chat message needs a 'role'")
         if not _is_memory(m):
             msgs.append(m)
+        elif (said := _STANDS_FOR.match(m["content"])) is not None:
+            resumed_at, earlier = len(msgs), int(said.group(1))
     if not msgs:
         raise InvalidItemError("messages is empty")
     for i, m in enumerate(msgs):  # numbered as the caller's list, before anything is written
@@ -182,7 +197,11 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
 
     # Written once: ids from session and position, so a re-sent list stores only its new tail.
     body = msgs[lead:]
-    ids = [m.get("id") or _message_id(session, lead + i, m) for i, m in enumerate(body)]
+
+    def place(at: int) -> int:  # a message's position in the whole run
+        return at + (earlier if at >= resumed_at else 0)
+
+    ids = [m.get("id") or _message_id(session, place(lead + i), m) for i, m in enumerate(body)]
     # Stored without null fields, as the ids are made: a history reloaded from JSON (where an
     # SDK wrote its nulls) is the same messages.
     with_ids = [{**_without_nulls(m), "id": ident} for m, ident in zip(body, ids, strict=True)
@@ -195,7 +214,9 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
         base = it.id.split("#call", 1)[0]
         first_seq.setdefault(base, it.seq)
 
-    if sum(costs) <= budget_tokens:
+    # A list that fits is sent as it is, unless it stands for earlier messages: then it gets
+    # memory of them again (sent back, its memory message was dropped above).
+    if sum(costs) <= budget_tokens and not earlier:
         return FittedMessages(list(msgs), sum(costs), budget_tokens, len(body), 0, None, written)
 
     start, used = _recent_window(msgs, costs, lead, fixed, budget_tokens, recent_share)
@@ -213,10 +234,11 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
         start, recent, cut_newest = len(msgs) - len(newest), newest, True
         used = sum(message_tokens(m) for m in newest)
 
-    left = budget_tokens - fixed - used - MESSAGE_OVERHEAD - count_tokens(MEMORY_HEADER) - 1
+    header = _memory_header(place(start) - lead)
+    left = budget_tokens - fixed - used - MESSAGE_OVERHEAD - count_tokens(header) - 1
     context = None
     middle: list[dict[str, Any]] = []
-    if left > 0 and (start > lead or cut_newest):
+    if left > 0 and (start > lead or cut_newest or earlier):
         # The render draws only on what is older than the window (the window is sent verbatim),
         # except when the newest message went out cut: then its left-out middle is memory this
         # call may need, so the render may draw on it (and on the small call it answers).
@@ -228,7 +250,7 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
         context = renderer.render(scope, q, left, config=render or RenderConfig.for_agent(),
                                   retrieval=retrieval, flt=flt, agent=False)
         if context.text:
-            middle = [{"role": memory_role, "content": f"{MEMORY_HEADER}\n{context.text}"}]
+            middle = [{"role": memory_role, "content": f"{header}\n{context.text}"}]
     out = [*msgs[:lead], *middle, *recent]
     tokens = sum(message_tokens(m) for m in out)
     if tokens > budget_tokens and middle:  # token merges at the header's seam: never over budget
