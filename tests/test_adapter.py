@@ -346,3 +346,13 @@ def test_a_fitted_list_sent_back_grown_stores_only_the_new_messages(mem):
         {"role": "assistant", "content": f"Step {n}: checking io.py again."},
         {"role": "user", "content": f"Round {n}: still failing."}))]
     assert mem.fit(whole, 800, scope="run-1").stored == 0
+
+
+def test_a_message_sent_cut_and_sent_back_is_not_stored_again(mem):
+    log = "Find the error line:\n" + "\n".join(f"log line {i} ok" for i in range(3000))
+    msgs = [*run(10)[:-1], {"role": "user", "content": log}]
+    fitted = mem.fit(msgs, 2000, scope="run-1")
+    assert "left out here" in fitted.messages[-1]["content"]
+    before = len(mem.items(scope="run-1", limit=None))
+    again = mem.fit([*fitted.messages, {"role": "assistant", "content": "Line 42."}], 2000, scope="run-1")
+    assert again.stored == 1 and len(mem.items(scope="run-1", limit=None)) == before + 1

@@ -109,10 +109,13 @@ def _plain(msg: object) -> object:
 
 def _storable(msg: Mapping[str, Any]) -> bool:
     """Whether a message has anything to remember: an empty assistant turn is sent on as it is
-    but stored as nothing; a tool result always is (an empty one as "(no output)")."""
+    but stored as nothing; a tool result always is (an empty one as "(no output)"). A message
+    an earlier fit sent cut, sent back, is a copy of one stored whole: not stored again."""
+    text, others = _text_of(msg)
+    if CUT_MARKER in text:
+        return False
     if msg.get("role") in ("tool", "function"):
         return True
-    text, others = _text_of(msg)
     refusal = msg.get("refusal")
     return bool(text.strip() or others or msg.get("tool_calls") or msg.get("function_call")
                 or (isinstance(refusal, str) and refusal.strip()))
