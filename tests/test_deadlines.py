@@ -69,6 +69,26 @@ def test_a_slow_router_model_is_cut_off_and_the_query_still_ends_in_time(memory)
     assert "router" in r.out_of_time and r.degraded
 
 
+def test_a_retrieval_that_uses_up_the_time_is_named_and_the_query_does_not_go_deep(memory, monkeypatch):
+    """Out of time after the prefix, auto mode answers from the fast context it already made
+    (reading wider would only spend more), and the receipt names the prefix."""
+    from suffice import ScoreRouter
+    from suffice._engine import Engine
+
+    original = Engine.prefix
+
+    def slow_prefix(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(0.4)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "prefix", slow_prefix)
+    r = memory.ask("What is the name of Dana's cat?", scope="dana", mode="auto", router=ScoreRouter(),
+                   tau=1.0, timeout=0.3, llm=ScriptedLLM("<answer>Figo</answer>")).receipt
+    assert r.path == "fast" and r.out_of_time[0] == "prefix" and r.degraded
+    assert r.router_score is None and not r.levers  # nothing of the deep path ran
+    assert any("answered from the fast context" in n for n in r.notes)
+
+
 def test_no_deadline_means_none_on_the_receipt(memory):
     r = memory.ask("cat name?", scope="dana", llm=ScriptedLLM("<answer>Figo</answer>")).receipt
     assert r.deadline_s is None and r.out_of_time == () and not r.degraded

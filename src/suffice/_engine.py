@@ -244,6 +244,8 @@ class Engine:
             stages["prefix"] -= stages["rerank"]  # stages are disjoint: each is counted once
         if ranking.notice:
             notes.append(ranking.notice)
+        if clock.passed():  # the retrieval itself used up the time: the receipt says where it went
+            clock.ran_out("prefix")
 
         decision: RouterDecision | None = None
         path: Path = "fast" if mode == "fast" else "deep"
@@ -265,6 +267,9 @@ class Engine:
             path = "fast" if decision.ok and decision.score >= tau else "deep"
             if not decision.ok:
                 notes.append(decision.reason)
+                if clock.passed():  # no time to read wider: the fast context, already made, answers
+                    path = "fast"
+                    notes.append("out of time after routing: answered from the fast context")
             if decision.ok:
                 notes += self._router_out_of_range(budget, retrieval.k)
             if path == "fast" and config.stop_reader == "deep" and self.deep_llm is not None \
