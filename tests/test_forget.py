@@ -183,6 +183,9 @@ def test_forget_takes_what_to_forget_and_nothing_else(memory):
     memory.add("Ana's other run", user_id="ana", run_id="r2")
     assert memory.forget(user_id="ana", run_id="r1").items == 1
     assert [i.text for i in memory.items(user_id="ana")] == ["Ana's other run"]
+    memory.add([{"text": "Ana's third run", "session": ""}], user_id="ana", run_id="r3")  # "" is unset
+    assert memory.forget(user_id="ana", run_id="r3", everything=True).items == 1  # a whole run, said so
+    assert [i.text for i in memory.items(user_id="ana")] == ["Ana's other run"]
 
 
 def test_the_views_after_a_forget_match_a_store_that_never_held_the_items(store_location, embedder):

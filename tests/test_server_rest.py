@@ -73,6 +73,11 @@ def test_every_route_answers_over_the_socket(dev, mem):
     assert c.delete("/v1/items/fig-1", params={"user_id": "ana"}).json()["forgotten"]["items"] == 1
     gone = c.post("/v1/forget", json={"user_id": "ana", "run_id": "chat-2"}).json()["forgotten"]
     assert gone["items"] == 1 and mem.stats("user:ana").items == 3
+    # Items as objects (every field sent, session "") under a run are stored in that run.
+    r = c.post("/v1/items", json={"user_id": "ana", "run_id": "chat-3", "items": [{"text": "Porto, then."}]})
+    assert r.status_code == 201 and r.json()["items"][0]["session"] == "chat-3", r.text
+    gone = c.post("/v1/forget", json={"user_id": "ana", "run_id": "chat-3", "everything": True})
+    assert gone.status_code == 200 and gone.json()["forgotten"]["items"] == 1
     # A body that names nothing to forget is refused: a client that drops a field (ids: null)
     # must not wipe a memory. The whole scope takes everything: true.
     for body in ({"user_id": "ana"}, {"user_id": "ana", "ids": None}, {"user_id": "ana", "session": ""}):

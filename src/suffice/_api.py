@@ -559,6 +559,8 @@ class Memory:
         origin: list[int] = []
         for i, it in enumerate(items):
             for x in _coerce(it, defaults, i):
+                if ident.run is not None and x.session == "":  # an item's empty session is unset
+                    x = dataclasses.replace(x, session=ident.run)
                 if ident.run is not None and x.session != ident.run:
                     # Stored under another session, the item would be out of reach of every
                     # read and forget by this run_id.
@@ -635,13 +637,14 @@ class Memory:
         if ident.agent is not None:
             raise InvalidQueryError("forget takes a scope, ids or a session; agent_id cannot narrow "
                                     "a forget (forget its ids, or its own scope)")
+        named_session = session  # the caller's, before run_id fills it in
         session = _pick_session(ident, session)
         if not isinstance(everything, bool):
             raise InvalidQueryError(f"everything must be True or False, got {everything!r}")
         if ids is None and session is None and run_id is None and not everything:
             raise InvalidQueryError("say what to forget: ids, a session or run_id, or everything=True "
                                     "for the whole scope")
-        if everything and (ids is not None or session is not None):
+        if everything and (ids is not None or named_session is not None):
             raise InvalidQueryError("everything=True forgets the whole scope or run; do not combine it "
                                     "with ids or a session")
         if ids is not None:

@@ -600,9 +600,9 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
             # Clients fill optional arguments with "" and []: those mean "not given". Passed on,
             # everything=true with session="" forgot only the items of the unnamed session.
             ids, session = ids or None, session or None
-            if not (ids or session or everything):
-                raise InvalidQueryError("say what to forget: ids, a session, or everything=true "
-                                        "for the whole scope or run")
+            if not (ids or session or everything or run_id):
+                raise InvalidQueryError("say what to forget: ids, a session or run_id, or everything=true "
+                                        "for the whole scope")
             if everything and (ids or session):
                 raise InvalidQueryError("everything=true forgets the whole scope or run; do not "
                                         "combine it with ids or a session")
