@@ -356,3 +356,9 @@ def test_a_message_sent_cut_and_sent_back_is_not_stored_again(mem):
     before = len(mem.items(scope="run-1", limit=None))
     again = mem.fit([*fitted.messages, {"role": "assistant", "content": "Line 42."}], 2000, scope="run-1")
     assert again.stored == 1 and len(mem.items(scope="run-1", limit=None)) == before + 1
+
+
+def test_a_users_message_that_begins_like_memory_is_kept(mem):
+    msgs = [SYSTEM, {"role": "user", "content": "Memory of earlier steps is hazy; what did we do?"}]
+    fitted = mem.fit(msgs, 500, scope="run-1")
+    assert fitted.messages == msgs and fitted.stored == 1

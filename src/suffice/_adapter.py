@@ -37,10 +37,9 @@ PART_TOKENS = 765
 1024 x 1024 at high detail in OpenAI's accounting. An estimate on the high side, so that a
 window of screenshots does not pass for a few tokens."""
 MEMORY_HEADER = "Memory of earlier steps (verbatim, in time order; a timeline line per part):"
-MEMORY_PREFIX = "Memory of earlier steps"
-"""How every memory message begins; one that also says how many messages it stands for
-(``(N earlier messages; ...``) lets a list sent back keep its messages' positions."""
-_STANDS_FOR = re.compile(r"Memory of earlier steps \((\d+) earlier messages?;")
+_STANDS_FOR = re.compile(re.escape(MEMORY_HEADER).replace(r"\(", r"\((\d+)\ earlier\ messages?;\ ", 1))
+"""A memory message that says how many earlier messages it stands for, which lets a list sent
+back keep its messages' positions: the whole header, with the count in it."""
 LEADING_ROLES = ("system", "developer")
 MEMORY_ROLES = ("system", "developer", "user")
 RESULT_ROLES = ("tool", "function")
@@ -144,7 +143,7 @@ def _is_memory(msg: Mapping[str, Any]) -> bool:
     """A memory message an earlier ``fit`` made: sent back, it is dropped, not stored again."""
     content = msg.get("content")
     return (msg.get("role") in MEMORY_ROLES and isinstance(content, str)
-            and content.startswith(MEMORY_PREFIX))
+            and (content.startswith(MEMORY_HEADER) or _STANDS_FOR.match(content) is not None))
 
 
 def _memory_header(earlier: int) -> str:
