@@ -82,9 +82,12 @@ def test_a_retrieval_that_uses_up_the_time_is_named_and_the_query_does_not_go_de
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "prefix", slow_prefix)
+    strong = ScriptedLLM("<answer>Figo</answer>", model="strong")
     r = memory.ask("What is the name of Dana's cat?", scope="dana", mode="auto", router=ScoreRouter(),
-                   tau=1.0, timeout=0.3, llm=ScriptedLLM("<answer>Figo</answer>")).receipt
+                   tau=1.0, timeout=0.3, llm=ScriptedLLM("<answer>Figo</answer>"), deep_llm=strong,
+                   engine=EngineConfig(stop_reader="deep")).receipt
     assert r.path == "fast" and r.out_of_time[0] == "prefix" and r.degraded
+    assert not strong.calls  # nor the deep model's answer to an early stop
     assert r.router_score is None and not r.levers  # nothing of the deep path ran
     assert any("answered from the fast context" in n for n in r.notes)
 

@@ -642,3 +642,14 @@ def test_a_failed_answer_with_no_hit_to_fall_back_on_says_the_answer_is_empty(me
                      retrieval=RetrievalConfig(k=0))
     assert ans.text == "" and ans.receipt.degraded
     assert any("no prefix hit to return" in n for n in ans.receipt.notes), ans.receipt.notes
+
+
+def test_a_model_whose_chat_does_not_take_the_engines_arguments_is_a_setup_error_not_a_degrade(memory):
+    class OldStyle:
+        model = "old-style"
+
+        def chat(self, messages, max_tokens):  # no stage, ledger or deadline: a TypeError
+            return "<answer>Figo</answer>"
+
+    with pytest.raises(TypeError):
+        memory.ask("What is the name of Dana's cat?", scope="dana", llm=OldStyle(), mode="fast")  # type: ignore[arg-type]

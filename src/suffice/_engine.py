@@ -28,7 +28,7 @@ from ._deep import (
     run_agents,
     with_dates,
 )
-from ._errors import DeadlineError, InvalidInputError, ProviderError
+from ._errors import ConfigError, DeadlineError, InvalidInputError, ProviderError
 from ._llm.base import LLM, CallRecord, Ledger, Message
 from ._llm.parse import extract_answer
 from ._pipeline import ModuleReceipt, TieredAgent
@@ -273,7 +273,7 @@ class Engine:
             if decision.ok:
                 notes += self._router_out_of_range(budget, retrieval.k)
             if path == "fast" and config.stop_reader == "deep" and self.deep_llm is not None \
-                    and self.tiered is None:
+                    and self.tiered is None and not clock.passed():
                 # The deep model reads the fast budget: the stop saves the wider evidence only.
                 result, blocks, levers, modules = self._deep(
                     question, scope, evidence, ranking, ranked, budget, budget, style, ledger, stages,
@@ -406,6 +406,8 @@ class Engine:
             return str(exc), False
         except ProviderError as exc:
             return str(exc), False
+        except (ConfigError, TypeError):  # a setup mistake (a price file, a chat() signature): say it
+            raise
         except Exception as exc:  # a caller's own model class that fails its own way: degrade too
             log.warning("model %s failed at %s", model.model, stage, exc_info=True)
             return f"{type(exc).__name__}: {exc}", False

@@ -50,7 +50,7 @@ try:
     from mcp.server.auth.provider import AccessToken
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import ValidationError
 except ImportError as exc:  # pragma: no cover - the [server] extra is not installed
@@ -69,8 +69,8 @@ class _Server(MCPServer[Any]):
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
-            if not isinstance(cause, ValidationError):
-                raise
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise  # a crash inside the tool stays the SDK's: logged, its text hidden
             errors = cause.errors(include_url=False, include_input=False)
             if not errors:
                 raise ToolError("InvalidInputError: invalid arguments") from cause
