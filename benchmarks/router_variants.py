@@ -8,11 +8,12 @@ training conversations, and scored on the acceptance conversation's natural cont
 Each variant is ``name:beta:kinds to leave out[:extra datasets]`` (comma-separated
 ``SufficiencyExample.kind`` values; extra datasets, comma-separated names of
 ``suffice._bench.retrieval.load_set``, are added to every training set, never to a validation
-or test fold, so the figures stay LoCoMo's). The examples of all LoCoMo conversations are built once and kept in
-``WORK/examples.pkl`` (a rerun reuses them); each variant runs ``cross_validate`` with four
-folds over every conversation but the acceptance one, then trains one router the way
-``suffice train router`` does (one validation conversation) and reports its AUC against "the
-1k context holds all gold" on the acceptance conversation (docs/benchmarks.md section 7).
+or test fold, so the figures stay LoCoMo's). The examples of all LoCoMo conversations are
+built once and kept in ``WORK/examples.pkl`` (a rerun reuses them); each variant runs
+``cross_validate`` with four folds over every conversation but the acceptance one, then
+trains one router the way ``suffice train router`` does (one validation conversation) and
+reports its AUC against "the 1k context holds all gold" on the acceptance conversation
+(docs/benchmarks.md section 7).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def main() -> None:
                 t = time.perf_counter()
                 extras[name] = sd.from_datasets([retrieval.load_set(name)], [], args.work, sd.DataConfig())
                 path.write_bytes(pickle.dumps(extras[name]))
-                print(f"built {len(extras[name])} {name} contexts in {time.perf_counter() - t:.0f} s", flush=True)
+                print(f"built {len(extras[name])} {name} contexts in {time.perf_counter() - t:.0f} s",
+                      flush=True)
         return extras[name]
 
     train_ex = [e for e in examples if e.group != args.acceptance]
