@@ -120,3 +120,13 @@ def test_an_observed_at_the_reader_would_misread_is_stored_without_a_timestamp(m
 def test_an_observed_at_with_only_filler_words_keeps_its_timestamp(memory):
     (it,) = memory.add("We shipped the release.", scope="s", observed_at="1:56 pm on 8 May, 2023")
     assert it.observed_ts == parse_time("8 May 2023 13:56")
+
+
+@pytest.mark.parametrize(("text", "same_as"), [
+    ("Tue Jun 20 2023 10:00:00 GMT+0000 (Coordinated Universal Time)", "2023-06-20T10:00:00Z"),
+    ("2023-05-08 EST", "2023-05-08"), ("8 May 2023 PST", "2023-05-08")])
+def test_a_zone_name_or_a_bracketed_aside_does_not_cost_a_date_its_timestamp(memory, text, same_as):
+    """A JavaScript Date's text and a date with a zone name are read as they always were."""
+    (it,) = memory.add("We shipped the release.", scope="s", observed_at=text)
+    assert it.observed_ts == parse_time(same_as)
+    assert as_timestamp(text, "since") == parse_time(same_as)

@@ -144,7 +144,14 @@ def _unread(text: str) -> tuple[str, ...]:
                                          default=_DEFAULTS[0], tzinfos=_zone)
     except (ValueError, OverflowError):
         return ()
-    return tuple(w for tok in skipped for w in re.findall(r"[^\W_]+", tok) if w.lower() not in _FILLER)
+    # A zone's name ("2023-05-08 EST") and words in brackets (what a JavaScript date appends:
+    # "(Coordinated Universal Time)") do not move the day.
+    aside = {w for part in _ASIDE.findall(text) for w in re.findall(r"[^\W_]+", part)}
+    return tuple(w for tok in skipped for w in re.findall(r"[^\W_]+", tok)
+                 if w.lower() not in _FILLER and w.upper() not in _ZONES and w not in aside)
+
+
+_ASIDE = re.compile(r"\(([^()]*)\)")
 
 
 def to_utc(moment: datetime) -> datetime:
