@@ -124,6 +124,17 @@ def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path, c
     assert path.read_bytes() == before  # no suffice table, and its journal mode unchanged
 
 
+def test_a_foreign_database_whose_meta_looks_like_ours_is_still_refused(tmp_path):
+    path = tmp_path / "app.db"
+    con = sqlite3.connect(path)
+    con.executescript("CREATE TABLE meta (key TEXT, value TEXT);"
+                      "INSERT INTO meta VALUES ('schema_version', '3'); CREATE TABLE notes (body TEXT);")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="another application"):
+        SQLiteStore(path)
+
+
 def test_reading_an_empty_file_creates_no_store_there(tmp_path):
     path = tmp_path / "empty.db"
     path.touch()

@@ -203,7 +203,8 @@ class SQLiteStore:
         is an empty file."""
         tables = {name for (name,) in self._retry(lambda: self._conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall())}
-        if "meta" in tables and any(r[1] == "key" for r in self._conn.execute("PRAGMA table_info(meta)")) \
+        if {"meta", "items"} <= tables \
+                and any(r[1] == "key" for r in self._conn.execute("PRAGMA table_info(meta)")) \
                 and self._retry(lambda: self._conn.execute(
                     "SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone()) is not None:
             return  # a suffice store (any schema version)
