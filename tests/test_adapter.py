@@ -323,19 +323,21 @@ def test_a_bad_query_is_refused_before_anything_is_stored(mem, query):
     assert "run-1" not in mem.scopes()
 
 
-def test_a_fitted_list_sent_back_grown_stores_only_the_new_messages(mem):
+@pytest.mark.parametrize("share", [0.25, 1.0])
+def test_a_fitted_list_sent_back_grown_stores_only_the_new_messages(mem, share):
     """Some loops keep only what they sent: the fitted list, grown by the next turns. Its
     memory message says how many messages it stands for, so the ones after it keep their
-    positions and nothing is stored twice, round after round."""
+    positions and nothing is stored twice, round after round. With the whole budget given to
+    the recent window (share 1.0) no memory fits, and the header alone says it."""
     msgs = run(30)
-    fitted = mem.fit(msgs, 800, scope="run-1")
+    fitted = mem.fit(msgs, 800, scope="run-1", recent_share=share)
     assert fitted.dropped > 0 and f"({fitted.dropped} earlier messages;" in fitted.messages[1]["content"]
     stored = len(mem.items(scope="run-1", limit=None))
     sent = fitted.messages
     for n in range(3):
         new = [{"role": "assistant", "content": f"Step {n}: checking io.py again."},
                {"role": "user", "content": f"Round {n}: still failing."}]
-        again = mem.fit([*sent, *new], 800, scope="run-1")
+        again = mem.fit([*sent, *new], 800, scope="run-1", recent_share=share)
         assert again.stored == 2 and again.tokens <= 800
         assert any(str(m["content"]).startswith("Memory of earlier steps") for m in again.messages)
         stored += 2
@@ -345,7 +347,7 @@ def test_a_fitted_list_sent_back_grown_stores_only_the_new_messages(mem):
     whole = [*msgs, *(m for n in range(3) for m in (
         {"role": "assistant", "content": f"Step {n}: checking io.py again."},
         {"role": "user", "content": f"Round {n}: still failing."}))]
-    assert mem.fit(whole, 800, scope="run-1").stored == 0
+    assert mem.fit(whole, 800, scope="run-1", recent_share=share).stored == 0
 
 
 def test_a_message_sent_cut_and_sent_back_is_not_stored_again(mem):

@@ -221,7 +221,10 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     if sum(costs) <= budget_tokens and not earlier:
         return FittedMessages(list(msgs), sum(costs), budget_tokens, len(body), 0, None, written)
 
-    start, used = _recent_window(msgs, costs, lead, fixed, budget_tokens, recent_share)
+    # Some messages will be left out: room for the memory message's header is kept first, so a
+    # list sent back always says how many messages it stands for.
+    reserve = MESSAGE_OVERHEAD + count_tokens(_memory_header(len(messages) + earlier)) + 1
+    start, used = _recent_window(msgs, costs, lead, fixed, max(budget_tokens - reserve, 1), recent_share)
     recent = msgs[start:]
     cut_newest = False
     if start == len(msgs):  # the newest message alone is over the budget: send it cut
@@ -256,8 +259,16 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     out = [*msgs[:lead], *middle, *recent]
     tokens = sum(message_tokens(m) for m in out)
     if tokens > budget_tokens and middle:  # token merges at the header's seam: never over budget
+        middle, context = [], None
+    if not middle and place(start) > lead:
+        # Messages were left out and no memory of them fits: the header alone still says how
+        # many, so this list sent back keeps its messages' ids (nothing is stored twice).
+        middle = [{"role": memory_role, "content": header}]
+    out = [*msgs[:lead], *middle, *recent]
+    tokens = sum(message_tokens(m) for m in out)
+    if tokens > budget_tokens:  # not even the header fits: the list is sent without it
         out = [*msgs[:lead], *recent]
-        tokens, context = sum(message_tokens(m) for m in out), None
+        tokens = sum(message_tokens(m) for m in out)
     return FittedMessages(out, tokens, budget_tokens, len(recent), start - lead, context, written)
 
 
