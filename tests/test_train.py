@@ -11,6 +11,7 @@ import pytest
 
 from suffice import InvalidInputError, Memory, ModelFileError, NewItem, StoreConfigError
 from suffice._datasets.locomo import LocomoConversation, LocomoQuestion
+from suffice._embed.card import sha256
 from suffice._embed.hashing import HashEmbedder
 from suffice._embed.minilm import load_encoder
 from suffice._train.pairs import Pair, folds, locomo_pairs
@@ -61,7 +62,24 @@ def test_a_trained_encoder_is_refused_unless_its_weights_match_its_card(tmp_path
     (tmp_path / "card.json").write_text(json.dumps({"name": "x", "sha256": "0" * 64}))
     with pytest.raises(ModelFileError, match="does not match the digest"):
         load_encoder(tmp_path)
+    # The digest right, the bytes no model: a one-line error, not onnxruntime's own.
+    (tmp_path / "card.json").write_text(json.dumps({"name": "x", "sha256": sha256(tmp_path / "model.onnx")}))
+    with pytest.raises(ModelFileError, match="not a model onnxruntime can read"):
+        load_encoder(tmp_path)
 
+
+def test_a_model_of_another_kind_behind_a_right_digest_is_refused(tmp_path: Path) -> None:
+    """The shipped encoder's weights in a router's folder: digest and kind right, graph wrong."""
+    from suffice._embed.minilm import default_model_path
+    from suffice._route.features import ELEMENT_FEATURES, GLOBAL_FEATURES
+    from suffice._route.trained import TrainedRouter
+
+    (tmp_path / "model.onnx").write_bytes(default_model_path().read_bytes())
+    (tmp_path / "card.json").write_text(json.dumps({
+        "name": "r", "sha256": sha256(tmp_path / "model.onnx"), "kind": "router", "features_version": 1,
+        "element_features": list(ELEMENT_FEATURES), "global_features": list(GLOBAL_FEATURES)}))
+    with pytest.raises(ModelFileError, match="is not a sufficiency router: it takes"):
+        TrainedRouter(tmp_path)
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from .._errors import ModelFileError
 
@@ -38,3 +40,22 @@ def open_model(folder: str | Path, kind: str) -> tuple[Path, str]:
     if sha256(model) != digest:
         raise ModelFileError(f"{model} does not match the digest in its card")
     return model, name
+
+
+def onnx_session(path: str | Path, options: Any, needs: Iterable[str], what: str) -> Any:
+    """An onnxruntime session over ``path`` that takes the inputs ``needs`` names; a file it
+    cannot read, or a model of another kind (its checksum right, its graph not), is a
+    ModelFileError naming the file, before anything is done with it."""
+    import onnxruntime as ort
+
+    try:
+        sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own classes for a bad file
+        raise ModelFileError(f"{path}: not a model onnxruntime can read ({type(exc).__name__}: "
+                             f"{str(exc)[:160]})") from None
+    have = {i.name for i in sess.get_inputs()}
+    missing = sorted(set(needs) - have)
+    if missing:
+        raise ModelFileError(f"{path} is not a {what}: it takes {', '.join(sorted(have)) or 'no inputs'}, "
+                             f"not {', '.join(missing)}")
+    return sess

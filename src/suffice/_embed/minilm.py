@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import ModelFileError
-from .card import open_model, sha256
+from .card import onnx_session, open_model, sha256
 
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
@@ -67,7 +67,7 @@ class MiniLMEmbedder:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-        self._sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self._sess = onnx_session(path, opts, ("input_ids", "attention_mask"), "text encoder")
         self._path = path
         self._threads = threads
         self._query_threads = query_threads
@@ -99,7 +99,7 @@ class MiniLMEmbedder:
                 opts.intra_op_num_threads = self._query_threads
                 opts.inter_op_num_threads = 1
                 opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                sess = ort.InferenceSession(str(self._path), opts, providers=["CPUExecutionProvider"])
+                sess = onnx_session(self._path, opts, ("input_ids", "attention_mask"), "text encoder")
                 self._qsess = (sess, threading.Lock())
             return self._qsess  # type: ignore[no-any-return]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .card import open_model
+from .card import onnx_session, open_model
 
 
 class CrossEncoderReranker:
@@ -40,7 +40,8 @@ class CrossEncoderReranker:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-        self._sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+        self._sess = onnx_session(model_path, opts, ("input_ids", "attention_mask", "token_type_ids"),
+                                  "cross-encoder reranker")
         self._batch = batch_size
         self._lock = threading.Lock()
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._embed.card import open_model
+from .._embed.card import onnx_session, open_model
 from .._errors import ModelFileError
 from .._llm.base import Ledger
 from .features import ELEMENT_FEATURES, FEATURES_VERSION, GLOBAL_FEATURES, extract
@@ -79,7 +79,8 @@ class TrainedRouter:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-        self._sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        self._sess = onnx_session(model, opts, ("query", "vectors", "elements", "context", "mask"),
+                                  "sufficiency router")
         self._lock = threading.Lock()
 
     def score(self, inp: RouterInput, *, ledger: Ledger | None = None,
