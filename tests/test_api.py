@@ -445,6 +445,25 @@ def test_a_rebuild_for_another_encoder_stops_a_memory_with_the_old_one(tmp_path,
     server.close()
 
 
+def test_a_rebuild_for_an_encoder_that_cannot_embed_changes_nothing(tmp_path, embedder):
+    from suffice import ModelFileError
+    from suffice._embed.hashing import HashEmbedder
+
+    class Broken(HashEmbedder):
+        name = "broken-encoder"
+
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            raise ValueError("Required inputs (['token_type_ids']) are missing")
+
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder) as mem:
+        mem.add("the river gauge read 3.1 metres", scope="x")
+    with pytest.raises(ModelFileError, match="broken-encoder cannot embed text"):
+        Memory(path, embedder=Broken(), rebuild=True)
+    with Memory(path, embedder=embedder) as mem:  # opens as before, its vectors all there
+        assert mem.stats("x").embedded == 1 and mem.search("river", scope="x").hits
+
+
 def test_a_read_during_a_rebuild_waits_for_it_instead_of_restoring_the_old_config(tmp_path, embedder):
     with Memory(tmp_path / "m.db", embedder=embedder) as writer:
         writer.add([NewItem(text=f"gauge {i} read {i} metres at the weir", session="s") for i in range(5)],

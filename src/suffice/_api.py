@@ -38,6 +38,7 @@ from ._errors import (
     ConfigError,
     InvalidItemError,
     InvalidQueryError,
+    ModelFileError,
     NotFoundError,
     StoreConfigError,
     StoreError,
@@ -680,6 +681,20 @@ class Memory:
         with self._shared.lock:
             return self._rebuild(store_config, records)
 
+    def _probe_embedder(self) -> None:
+        """Embed one text with the memory's encoder, as a check that it works at all."""
+        assert self.embedder is not None
+        try:
+            vecs = self.embedder.embed(["probe"])
+        except SufficeError:
+            raise
+        except Exception as exc:  # a model that loads but cannot run
+            raise ModelFileError(f"the encoder {self.embedder.name} cannot embed text "
+                                 f"({type(exc).__name__}: {str(exc)[:160]})") from None
+        if getattr(vecs, "shape", None) != (1, self.embedder.dim):
+            raise ModelFileError(f"the encoder {self.embedder.name} gave vectors of shape "
+                                 f"{getattr(vecs, 'shape', None)}, not (1, {self.embedder.dim})")
+
     def _rebuild(self, store_config: StoreConfig | None, records: bool) -> dict[str, int]:
         saved_raw = self._store.load_config()
         # The current config is the saved one, which another process may have rebuilt to.
@@ -688,6 +703,8 @@ class Memory:
             new = new.replace(encoder=self.embedder.name, encoder_dim=self.embedder.dim)
         old = StoreConfig(**saved_raw) if saved_raw else new
         diff = old.changed(new)
+        if "encoder" in diff and self.embedder is not None:
+            self._probe_embedder()  # before the old vectors go: a broken encoder changes nothing
         self._compose(new)
         counts = {"pieces": 0, "records": 0, "vectors": 0}
         scopes = self._store.scopes()
