@@ -499,3 +499,16 @@ def test_a_config_restored_by_another_process_after_a_rebuild_here_is_taken_up(t
     mem.items(scope="x")
     assert mem.store_config.piece_max_tokens == first
     mem.close()
+
+
+
+@pytest.mark.parametrize(("part", "value"), [("embedder", "minilm"), ("router", "trained"), ("llm", "local"),
+                                             ("deep_llm", "qwen2.5-1.5b"), ("reranker", "rr/"),
+                                             ("store_config", {"unit_tokens": 500}), ("record_writer", "x")])
+def test_a_part_of_the_wrong_kind_is_refused_before_the_store_opens(tmp_path, part, value):
+    """A model's name where the model goes failed at the first query, with an AttributeError."""
+    from suffice import ConfigError
+
+    with pytest.raises(ConfigError, match=part):
+        Memory(tmp_path / "m.db", **{part: value})
+    assert not (tmp_path / "m.db").exists()

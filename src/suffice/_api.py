@@ -262,6 +262,8 @@ class Memory:
         self.retrieval = _config(retrieval, RetrievalConfig, "retrieval")
         self.render_config = _config(render, RenderConfig, "render")
         self.engine_config = _config(engine, EngineConfig, "engine")
+        _check_parts(store_config=store_config, embedder=embedder, reranker=reranker,
+                     record_writer=record_writer, llm=llm, deep_llm=deep_llm, router=router)
         self._store: Store = open_store(path if path is not None else default_db_path(), create=create)
         try:
             if embedder == "default":
@@ -1049,6 +1051,32 @@ class Memory:
         # A file is parsed and validated whole before any write.
         convs = load_locomo(source) if source is None or isinstance(source, (str, Path)) else source
         return self._add_scopes([(c.scope, c.items) for c in convs], progress)
+
+
+_PARTS = {  # what each part of a Memory must have, and what gives one
+    "embedder": (("name", "dim", "embed", "embed_query"),
+                 "an Embedder (MiniLMEmbedder(), load_encoder(DIR))"),
+    "reranker": (("name", "score"), "a Reranker (load_reranker(DIR))"),
+    "llm": (("model", "chat"), "a model (make_llm(...))"),
+    "deep_llm": (("model", "chat"), "a model (make_llm(...))"),
+    "router": (("name", "score"), "a router (TrainedRouter(DIR), ScoreRouter())"),
+}
+
+
+def _check_parts(**parts: Any) -> None:
+    """Refuse, before the store opens, a part of the wrong kind (a model's name given where the
+    model goes, say): it would fail at the first query with an AttributeError."""
+    if parts["store_config"] is not None and not isinstance(parts["store_config"], StoreConfig):
+        raise ConfigError(f"store_config must be a StoreConfig, got {type(parts['store_config']).__name__}")
+    if parts["record_writer"] is not None and not callable(parts["record_writer"]):
+        raise ConfigError("record_writer must be a function of the items that returns a record's text, "
+                          f"got {type(parts['record_writer']).__name__}")
+    for name, (needs, what) in _PARTS.items():
+        value = parts[name]
+        if value is None or (value == "default" and name in ("embedder", "router")):
+            continue
+        if any(not hasattr(value, attr) for attr in needs):
+            raise ConfigError(f"{name} must be {what}, got {type(value).__name__} {value!r:.40}")
 
 
 def _pick_session(ident: Identity, session: str | None) -> str | None:
