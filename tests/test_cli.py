@@ -364,3 +364,12 @@ def test_an_errors_notes_are_printed_with_it(db, monkeypatch):
     r = run("--db", db, "search", "cat", "-s", "dana")
     assert r.exit_code == 2 and "the store could not finish" in r.output
     assert "still holds 3 item(s) it added" in r.output
+
+
+
+@pytest.mark.parametrize("setting", ["encoder=foo", "encoder_dim=12"])
+def test_rebuild_refuses_the_encoder_as_a_setting_and_points_to_encoder(db, setting):
+    """It printed 'rebuilt ... with encoder=foo' and changed nothing."""
+    run("--db", db, "add", "something", "-s", "default")
+    r = run("--db", db, "rebuild", "--set", setting)
+    assert r.exit_code == 2 and "--encoder DIR" in r.output

@@ -498,6 +498,10 @@ def rebuild(
         from ._config import parse_overrides
         path = db or _state["db"] or default_db_path()
         changes = parse_overrides(sets or [])
+        named = sorted({"encoder", "encoder_dim"} & changes.keys())
+        if named:  # the encoder is the memory's, not a setting: --set would be ignored
+            fail(f"--set {named[0]} is not a setting: give the encoder with --encoder DIR "
+                 "(e.g. suffice --encoder enc/ --db DB rebuild)")
         probe = Memory(path, create=False, embedder=None)
         config = probe.store_config.replace(**changes)
         probe.close()
