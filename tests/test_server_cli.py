@@ -48,6 +48,16 @@ def test_a_server_without_keys_or_dev_refuses_to_start(tmp_path):
     assert out.exit_code != 0 and "suffice keys add" in out.output
 
 
+@pytest.mark.parametrize(("name", "value", "said"), [("SUFFICE_SERVER_MAX_K", "abc", "SUFFICE_SERVER_MAX_K"),
+                                                      ("SUFFICE_SERVER_DEADLINE_S", "0", "greater than 0"),
+                                                      ("SUFFICE_SERVER_MAXK", "5", "not a server setting")])
+def test_a_bad_server_limit_is_refused_before_the_server_starts(tmp_path, monkeypatch, name, value, said):
+    monkeypatch.setenv(name, value)
+    out = cli("--db", str(tmp_path / "m.db"), "serve", "--dev")
+    assert out.exit_code == 2 and said in out.output and "serving" not in out.output
+    assert not (tmp_path / "m.db").exists()
+
+
 def test_serve_runs_a_real_server_process(tmp_path):
     db = tmp_path / "m.db"
     with Memory(db) as mem:

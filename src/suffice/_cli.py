@@ -1254,11 +1254,12 @@ def serve(
         try:
             import uvicorn
 
-            from ._server.rest import create_app
+            from ._server.rest import create_app, server_settings
         except ImportError as exc:
             from ._errors import MissingExtraError
             raise MissingExtraError("server", exc.name or "fastapi") from None
         from ._access import KeyRing
+        settings = server_settings()  # before anything opens: a bad limit is said at once
         if dev and host not in LOOPBACK:
             fail(f"--dev serves without keys and binds loopback only; {host!r} is not loopback")
         ring = None if dev else KeyRing(keys)
@@ -1272,7 +1273,8 @@ def serve(
             f"({'dev mode: no keys' if dev else f'{len(ring.keys()) if ring else 0} key(s) from {keys}'})",
             "dim", to=err)
         try:
-            uvicorn.run(create_app(mem, keys=ring), host=host, port=port, log_level="warning")
+            uvicorn.run(create_app(mem, keys=ring, settings=settings), host=host, port=port,
+                        log_level="warning")
         finally:
             mem.close()
 

@@ -54,6 +54,27 @@ class ServerSettings(BaseSettings):
     max_budget_tokens: int = Field(200_000, ge=100, description="Largest render or ask budget.")
 
 
+def server_settings() -> ServerSettings:
+    """The limits from ``SUFFICE_SERVER_*``, checked before a server starts: a bad value, or a
+    name that is no setting (a typo would be ignored), is a ConfigError naming it."""
+    import os
+
+    from pydantic import ValidationError
+
+    known = {f"SUFFICE_SERVER_{name.upper()}" for name in ServerSettings.model_fields}
+    unknown = sorted(k for k in os.environ
+                     if k.upper().startswith("SUFFICE_SERVER_") and k.upper() not in known)
+    if unknown:
+        raise ConfigError(f"{unknown[0]} is not a server setting; the settings are "
+                          f"{', '.join(sorted(known))}")
+    try:
+        return ServerSettings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = f"SUFFICE_SERVER_{str(first['loc'][0]).upper()}" if first.get("loc") else "SUFFICE_SERVER_*"
+        raise ConfigError(f"{name}: {first['msg']}") from None
+
+
 # -- request bodies ---------------------------------------------------------------------------------
 
 class _Body(BaseModel):
