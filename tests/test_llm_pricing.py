@@ -59,3 +59,15 @@ def test_broken_env_file_is_a_config_error(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("SUFFICE_PRICES", str(tmp_path / "missing.json"))
     with pytest.raises(ConfigError, match="cannot read price file"):
         price_for("x")
+
+
+@pytest.mark.parametrize("entry", [{"inpt": 1.0}, {"input": -1.0}, [1.0, float("inf")],
+                                   {"input": 1, "outptu": 2}])
+def test_a_price_entry_that_would_cost_wrongly_is_a_config_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: object) -> None:
+    """A misspelt key priced the model at zero; a negative or infinite price made every receipt wrong."""
+    f = tmp_path / "prices.json"
+    f.write_text(json.dumps({"my-model": entry}).replace("Infinity", "1e999"))
+    monkeypatch.setenv("SUFFICE_PRICES", str(f))
+    with pytest.raises(ConfigError, match="finite and not negative"):
+        price_for("my-model")

@@ -15,6 +15,7 @@ Override format (mapping or JSON object), any of::
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,14 +49,19 @@ def _as_price(name: str, value: Any) -> Price:
     if isinstance(value, Price):
         return value
     try:
-        if isinstance(value, Mapping):
-            return Price(float(value.get("input", 0.0)), float(value.get("output", 0.0)))
-        if isinstance(value, list | tuple) and len(value) == 2:
-            return Price(float(value[0]), float(value[1]))
+        pair: tuple[float, float] | None = None
+        # A misspelt key ({"inpt": 1}) would price the model at zero without a word.
+        if isinstance(value, Mapping) and set(value) <= {"input", "output"}:
+            pair = (float(value.get("input", 0.0)), float(value.get("output", 0.0)))
+        elif isinstance(value, list | tuple) and len(value) == 2:
+            pair = (float(value[0]), float(value[1]))
+        if pair is not None and all(math.isfinite(x) and x >= 0 for x in pair):
+            return Price(*pair)
     except (TypeError, ValueError):
         pass
     raise ConfigError(
-        f"price for {name!r} must be {{'input': x, 'output': y}} or [x, y] in USD per 1M tokens,"
+        f"price for {name!r} must be {{'input': x, 'output': y}} or [x, y], finite and not negative, in USD "
+        f"per 1M tokens,"
         f" got {value!r}"
     )
 
