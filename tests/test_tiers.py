@@ -265,6 +265,10 @@ def test_a_policy_file_that_is_not_one_is_refused_with_its_name(tmp_path) -> Non
     np.save(tmp_path / "tiers-0.npy", np.zeros(3))
     with pytest.raises(ConfigError, match="cannot read tier policy"):
         TierPolicy.load(tmp_path / "tiers-0.npy")
+    (tmp_path / "junk.npz").write_bytes(b"garbage bytes")
+    with pytest.raises(ConfigError, match="not a .npz weights file") as caught:
+        TierPolicy.load(tmp_path / "junk.npz")
+    assert "pickle" not in str(caught.value)  # numpy's advice to load it unsafely is not passed on
     random_policy(lam=0.3).save(tmp_path / "tiers-0.3.npz")
     card = tmp_path / "tiers-0.3.json"
     card.write_text("[1, 2]")

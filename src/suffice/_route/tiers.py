@@ -178,8 +178,11 @@ class TierPolicy:
             with np.load(p, allow_pickle=False) as z:
                 weights = {k: z[k] for k in z.files}
         except (OSError, ValueError, TypeError, AttributeError) as exc:  # not a .npz, or not JSON
+            # numpy's own text for a file that is no .npz advises loading it unsafely: not shown.
+            why = ("not a .npz weights file" if isinstance(exc, ValueError) and "pickle" in str(exc)
+                   else f"{type(exc).__name__}: {exc}")
             raise ConfigError(f"cannot read tier policy {p} (a .npz file of `suffice train tiers` "
-                              f"and its .json card): {exc}") from exc
+                              f"and its .json card): {why}") from None
         if not isinstance(meta, dict):
             raise ConfigError(f"tier policy card {card} is not a JSON object")
         try:
