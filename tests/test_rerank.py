@@ -80,6 +80,9 @@ def test_a_failing_reranker_leaves_the_fused_order_and_the_receipt_says_so(tmp_p
     answer = mem.ask("What is the cat called?", scope="s", mode="fast")
     assert any("reranker failed" in n for n in answer.receipt.notes)
     assert "rerank" in answer.receipt.stages_ms
+    # search and render say it too: they gave the fused order without a word
+    assert "reranker failed" in mem.search("cat Figo", scope="s").notice
+    assert "reranker failed" in mem.render("cat Figo", 300, scope="s").notice
 
 
 def test_a_reranker_folder_is_not_an_encoder_and_the_other_way_round(tmp_path: Path) -> None:

@@ -409,7 +409,7 @@ def search(
                         **filters(session, speaker, kind, since, until, meta))
         if as_json:
             print_json({"hits": [{"item_id": h.item_id, "seq": h.seq, **asdict(h)} for h in ev.hits],
-                        "context": ev.text, "timings_ms": ev.timings_ms})
+                        "context": ev.text, "timings_ms": ev.timings_ms, "notice": ev.notice})
             return
         rank = {h.seq: h.rank for h in ev.hits}
         for it in ev.items:
@@ -417,6 +417,8 @@ def search(
         t = ev.timings_ms
         say(f"{len(ev.hits)} hits in {t['total_ms']:.1f} ms "
             f"({', '.join(f'{k[:-3]} {v:.1f}' for k, v in t.items() if k != 'total_ms')})", "dim")
+        if ev.notice:
+            say(f"note: {ev.notice}", "yellow", to=err)
 
 
 @app.command("items")

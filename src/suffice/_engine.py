@@ -202,8 +202,10 @@ class Engine:
         if config.context == "render":
             ctx = self.renderer.render(ranking.scope, question, budget, config=render, retrieval=retrieval,
                                        ranking=ranking, flt=ranking.filter)
-            if notes is not None and ctx.notice and ctx.notice not in notes:
-                notes.append(ctx.notice)
+            # The ranking's own notice, which the render repeats, is on the notes already.
+            own = ctx.notice.replace(ranking.notice, "").strip("; ") if ranking.notice else ctx.notice
+            if notes is not None and own and own not in notes:
+                notes.append(own)
             return ctx.text, ctx.parts
         cap = int(render.prompt_cap * budget)
         ranked = [(h, count_tokens(h.item.render()) + 1) for h in evidence.hits]

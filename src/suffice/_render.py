@@ -484,7 +484,9 @@ class Renderer:
         self.retriever.check_unchanged(idx)  # every item above was read at the same numbering
         timings["assemble_ms"] = _ms(t4)
         timings["total_ms"] = _ms(t0)
-        return replace(ctx, timings_ms=timings)
+        # What the ranking had to say (a reranker that failed) is the render's to say too.
+        said = "; ".join(n for n in (ctx.notice, ranking.notice if ranking is not None else "") if n)
+        return replace(ctx, timings_ms=timings, notice=said)
 
 
 def _ms(t0: float) -> float:

@@ -781,7 +781,7 @@ class Retriever:
         timings = dict(ranking.timings_ms)
         timings["fetch_ms"] = _ms(t0)
         timings["total_ms"] = ranking.timings_ms.get("total_ms", 0.0) + timings["fetch_ms"]
-        return Evidence(ranking.query, ranking.scope, hits, timings)
+        return Evidence(ranking.query, ranking.scope, hits, timings, ranking.notice)
 
 
     def check_unchanged(self, idx: ScopeIndex) -> None:

@@ -169,6 +169,8 @@ class Evidence:
     scope: str
     hits: tuple[Hit, ...]
     timings_ms: dict[str, float]
+    notice: str = ""
+    """What the prefix had to say about these hits (a reranker that failed: the fused order)."""
 
     @property
     def items(self) -> tuple[Item, ...]:
@@ -188,7 +190,7 @@ class Evidence:
 
     def top(self, k: int) -> Evidence:
         """The first ``k`` hits as an Evidence of their own."""
-        return Evidence(self.query, self.scope, self.hits[:k], self.timings_ms)
+        return Evidence(self.query, self.scope, self.hits[:k], self.timings_ms, self.notice)
 
     def __iter__(self) -> Iterator[Hit]:
         return iter(self.hits)
