@@ -373,3 +373,19 @@ def test_rebuild_refuses_the_encoder_as_a_setting_and_points_to_encoder(db, sett
     run("--db", db, "add", "something", "-s", "default")
     r = run("--db", db, "rebuild", "--set", setting)
     assert r.exit_code == 2 and "--encoder DIR" in r.output
+
+
+
+@pytest.mark.parametrize(("extra", "said"), [(("-s", "nobody"), "unknown scope 'nobody'"),
+                                             (("--mode", "auto", "--router", "."), "not a trained")])
+def test_ask_checks_what_it_can_before_a_model_loads(db, monkeypatch, extra, said):
+    """A local model takes seconds to load: a mistyped scope or router folder is said first."""
+    import suffice._cli as cli_module
+
+    def no_model(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("a model was loaded before the checks")
+
+    monkeypatch.setattr(cli_module, "make_reader", no_model)
+    run("--db", db, "add", "something", "-s", "default")
+    r = run("--db", db, "ask", "What?", *extra)
+    assert r.exit_code == 2 and said in r.output, r.output

@@ -1148,19 +1148,25 @@ def ask(
             fail(f"unknown router {router!r}; use default, signals, lm or a router folder")
         if mode != "auto" and (router != "default" or tau is not None):
             fail("--router and --tau go with --mode auto")
-        mem = open_memory(db, create=False)
-        llm = make_reader(provider, model, base_url)
-        deep_llm = make_reader(provider, deep_model, base_url) if deep_model else None
-        rt: Any = None
-        if mode == "auto" and router != "default":
-            from ._route import LMRouter, ScoreRouter, TrainedRouter
-            rt = (LMRouter(llm) if router == "lm" else ScoreRouter() if router == "signals"
-                  else TrainedRouter(router))
         tiers: dict[str, Any] = {}
         if tiered:
             tiers = {"agent": "tiered", "lam": lam, "tier_cap": tier_cap}
         elif lam is not None or tier_cap is not None or strategy != "implementation" or tier_models:
             fail("--lam, --tier-cap, --strategy and --tier-models go with --tiered")
+        mem = open_memory(db, create=False)
+        # What can be checked without a model is, before one loads (seconds for a local one):
+        # the scope, a router folder, the router auto mode would use by default.
+        mem._require(mem._ident(scope, user, agent, run).scope)
+        from ._route import LMRouter, ScoreRouter, TrainedRouter
+        named = mode == "auto" and router not in ("default", "signals", "lm")
+        folder = TrainedRouter(router) if named else None
+        if mode == "auto" and router == "default":
+            _ = mem.router
+        llm = make_reader(provider, model, base_url)
+        deep_llm = make_reader(provider, deep_model, base_url) if deep_model else None
+        rt: Any = None
+        if mode == "auto" and router != "default":
+            rt = LMRouter(llm) if router == "lm" else ScoreRouter() if router == "signals" else folder
         tier_strategy(mem, strategy, tier_models, lambda name: make_reader(provider, name, base_url))
         ans = mem.ask(question, **where(scope, user, agent, run), llm=llm, deep_llm=deep_llm,
                       mode=mode, router=rt,
