@@ -377,7 +377,8 @@ def test_a_router_used_with_another_k_than_it_was_trained_with_says_so(trained, 
 def test_a_router_trained_on_another_encoder_is_not_the_default(trained, monkeypatch):
     _mem, _ex, _net, _report, out = trained
     monkeypatch.setenv("SUFFICE_ROUTER", str(out))
-    assert default_router("some-other-encoder") is None
+    with pytest.warns(UserWarning, match="trained on vectors of .* this memory has some-other-encoder"):
+        assert default_router("some-other-encoder") is None  # named on purpose: said, not silent
     assert default_router("") is None  # a memory without an embedder has no vectors to read
     assert isinstance(default_router(_mem.embedder.name), TrainedRouter)
 

@@ -17,6 +17,7 @@ import json
 import os
 import threading
 import time
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,14 @@ class TrainedRouter:
 
         model, name = open_model(folder, "router")
         card: dict[str, Any] = json.loads((Path(folder) / "card.json").read_text(encoding="utf-8"))
-        if card.get("features_version") != FEATURES_VERSION or \
-                tuple(card.get("element_features") or ()) != ELEMENT_FEATURES or \
-                tuple(card.get("global_features") or ()) != GLOBAL_FEATURES:
+        if card.get("features_version") != FEATURES_VERSION:
             raise ModelFileError(
                 f"{folder}: the router was trained on features of version {card.get('features_version')}, "
                 f"this suffice makes version {FEATURES_VERSION}; train it again with `suffice train router`")
+        if tuple(card.get("element_features") or ()) != ELEMENT_FEATURES or \
+                tuple(card.get("global_features") or ()) != GLOBAL_FEATURES:
+            raise ModelFileError(f"{folder}: the router's card lists other features than this suffice "
+                                 "makes (of the same version); train it again with `suffice train router`")
         self.name = "trained"
         self.model = name
         self.card = card
@@ -133,5 +136,9 @@ def default_router(encoder: str) -> TrainedRouter | None:
         raise ModelFileError(f"${ROUTER_ENV}={env}: {exc}; unset it, or train one there with "
                              "`suffice train router`") from None
     if router.encoder and router.encoder != encoder:  # no embedder ('') reads no vectors
+        if env and encoder:  # named on purpose, it would be passed over without a word
+            warnings.warn(f"${ROUTER_ENV}={env} was trained on vectors of {router.encoder}, this memory "
+                          f"has {encoder}: auto mode uses the retrieval-signal router instead",
+                          stacklevel=3)
         return None
     return router
