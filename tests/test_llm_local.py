@@ -280,3 +280,16 @@ def test_a_call_cut_by_the_deadline_bills_the_prompt_it_read() -> None:
                  deadline=time.monotonic() + 0.1)
     rec = ledger.records[0]
     assert not rec.ok and rec.input_tokens == 900 and rec.cost_usd > 0
+
+
+def test_a_cache_dir_that_is_a_file_or_a_provider_that_is_no_name_is_a_config_error(tmp_path, monkeypatch):
+    from suffice import ConfigError, make_llm
+    from suffice._llm.models import cache_dir
+
+    f = tmp_path / "not-a-folder"
+    f.write_text("x")
+    monkeypatch.setenv("SUFFICE_CACHE_DIR", str(f))
+    with pytest.raises(ConfigError, match="is a file"):
+        cache_dir()
+    with pytest.raises(ConfigError, match="provider must be a name"):
+        make_llm(None)  # type: ignore[arg-type]

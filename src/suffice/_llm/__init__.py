@@ -37,6 +37,8 @@ def make_llm(provider: str = "local", **kw: Any) -> LLM:
     ``http``/``openai`` -> :class:`~suffice._llm.http.OpenAIHTTP` (``base_url``, ``model``, ...);
     ``scripted`` -> :class:`ScriptedLLM` (``outputs``, ...).
     """
+    if not isinstance(provider, str):
+        raise ConfigError(f"provider must be a name ({', '.join(PROVIDERS)}), got {type(provider).__name__}")
     name = provider.strip().lower()
     if name == "local":
         return LocalLlama(**kw)

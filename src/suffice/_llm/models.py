@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._errors import ModelFileError
+from .._errors import ConfigError, ModelFileError
 from .._files import atomic_file
 
 CACHE_ENV = "SUFFICE_CACHE_DIR"
@@ -96,6 +96,8 @@ def cache_dir() -> Path:
     """Where assembled models live: ``$SUFFICE_CACHE_DIR/models`` or ``~/.cache/suffice/models``."""
     root = os.environ.get(CACHE_ENV)
     if root:
+        if Path(root).expanduser().exists() and not Path(root).expanduser().is_dir():
+            raise ConfigError(f"${CACHE_ENV}={root} is a file; name a folder for assembled models")
         return Path(root).expanduser() / "models"
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
