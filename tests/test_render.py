@@ -65,6 +65,13 @@ def test_a_negative_or_non_integer_budget_is_an_error(small: Memory) -> None:
         small.render(QUERY, 100, scope="dana", mode="everything")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("field", "value"), [("prompt_cap", 0.0), ("piece_unit_boost", float("inf")),
+                                           ("piece_unit_boost", float("nan"))])
+def test_a_render_setting_that_would_render_nothing_or_rank_by_infinity_is_refused(field, value) -> None:
+    with pytest.raises(ConfigError, match=field):
+        RenderConfig(**{field: value})
+
+
 @pytest.mark.parametrize("budget", [0, 1, 10, 30])
 def test_a_budget_too_small_for_anything_gives_an_empty_context_that_says_so(small: Memory,
                                                                              budget: int) -> None:

@@ -152,8 +152,8 @@ class RenderConfig(_Config):
     mode: RenderMode = Field("piece", description=(
         "Detail by whole units / excerpts ('unit'), verbatim pieces ('piece'), both in turn, "
         "or the timeline alone."))
-    prompt_cap: float = Field(0.95, ge=0.0, le=1.0, description=(
-        "The rendered context may use at most this share of the budget B."))
+    prompt_cap: float = Field(0.95, gt=0.0, le=1.0, description=(
+        "The rendered context may use at most this share of the budget B (0 would render nothing)."))
     timeline_share: float = Field(0.3, ge=0.0, le=1.0, description=(
         "rho: share of the memory budget given to the timeline of records (0.5 for agents)."))
     link_discount: float = Field(0.5, ge=0.0, le=1.0, description=(
@@ -178,7 +178,7 @@ class RenderConfig(_Config):
         "Unit recovery may show an excerpt when the raw unit does not fit (off only for ablations)."))
     piece_whole_item_tokens: int = Field(128, gt=0, le=10_000_000, description=(
         "Piece recovery shows a hit's whole item up to this size: a piece of a short turn reads badly."))
-    piece_unit_boost: float = Field(1.0, ge=0.0, description=(
+    piece_unit_boost: float = Field(1.0, ge=0.0, allow_inf_nan=False, description=(
         "Piece order adds this times the unit's priority, in units of a top RRF rank."))
     candidate_pieces: int = Field(300, gt=0, le=1_000_000, description=(
         "BM25 pieces and dense items the render ranks at least; large budgets rank one per "
