@@ -56,9 +56,14 @@ class TrainedRouter:
         self.target = str(card.get("target", "evidence"))
         """What the score predicts: the context holds all the evidence ("evidence"), or reading
         twice as wide would show no more of it ("width")."""
+        if self.target not in ("evidence", "width"):
+            raise ModelFileError(f"{folder}: card.json's target must be 'evidence' or 'width', "
+                                 f"got {self.target!r}")
         try:
             tau = float(card.get("tau", DEFAULT_TAU))
-            dim = int(card.get("dim", 384))
+            dim = card.get("dim", 384)
+            if isinstance(dim, bool) or not isinstance(dim, int):  # 384.9 would be cut to 384
+                raise TypeError(f"dim must be a whole number, got {dim!r}")
             input_budget = int(card.get("input_budget", 100_000))
             budget = int(card["budget"]) if card.get("budget") is not None else None
             k = int(card["k"]) if card.get("k") is not None else None
