@@ -464,6 +464,22 @@ def test_a_rebuild_for_an_encoder_that_cannot_embed_changes_nothing(tmp_path, em
         assert mem.stats("x").embedded == 1 and mem.search("river", scope="x").hits
 
 
+def test_a_new_store_is_not_tied_to_an_encoder_that_cannot_embed(tmp_path, embedder):
+    from suffice import ModelFileError
+    from suffice._embed.hashing import HashEmbedder
+
+    class Broken(HashEmbedder):
+        name = "broken-encoder"
+
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            raise ValueError("Required inputs (['token_type_ids']) are missing")
+
+    with pytest.raises(ModelFileError, match="cannot embed text"):
+        Memory(tmp_path / "m.db", embedder=Broken())
+    with Memory(tmp_path / "m.db", embedder=embedder) as mem:  # the store took no encoder of it
+        assert mem.add("the river gauge read 3.1 metres", scope="x")[0].seq == 0
+
+
 def test_a_read_during_a_rebuild_waits_for_it_instead_of_restoring_the_old_config(tmp_path, embedder):
     with Memory(tmp_path / "m.db", embedder=embedder) as writer:
         writer.add([NewItem(text=f"gauge {i} read {i} metres at the weir", session="s") for i in range(5)],

@@ -310,6 +310,8 @@ class Memory:
         encoder = {"encoder": self.embedder.name, "encoder_dim": self.embedder.dim} if self.embedder else {}
         raw = self._store.load_config()
         if raw is None:  # a new store, or one from before configs were saved
+            if self.embedder is not None:  # a broken encoder must not be saved as the store's
+                self._probe_embedder()
             config = (wanted or StoreConfig()).replace(**encoder)
             self._store.save_config(config.model_dump(), replace=False)  # a racing opener may win
             raw = self._store.load_config() or config.model_dump()
