@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from suffice import Memory
 from suffice._cli import app
 
 runner = CliRunner()
@@ -134,6 +135,19 @@ def test_import_locomo_rejects_a_malformed_file_naming_the_record(db, tmp_path):
     assert "c1" in r.output and "session_1 turn 0" in r.output and "missing text" in r.output
     r = run("--db", db, "stats")  # the file was refused before any store was opened
     assert r.exit_code == 2 and "no store at" in r.output
+
+
+def test_import_locomo_with_one_sample_id_twice_stores_nothing(db, tmp_path):
+    conv = {"session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}
+    other = {**conv, "session_1": [{"speaker": "B", "dia_id": "D1:1", "text": "another chat"}]}
+    dup = tmp_path / "dup.json"
+    dup.write_text(json.dumps([{"sample_id": "c1", "conversation": conv},
+                               {"sample_id": "c1", "conversation": other}]))
+    run("--db", db, "add", "something", "-s", "default")
+    r = run("--db", db, "import", "locomo", str(dup))
+    assert r.exit_code == 2 and "holds scope 'c1' twice" in r.output, r.output
+    assert "c1" not in Memory(db, embedder=None).scopes()  # the first was not stored either
 
 
 @pytest.mark.parametrize(("turn", "qa", "says"), [

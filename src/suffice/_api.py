@@ -520,6 +520,11 @@ class Memory:
         """Add items to several scopes (an import: one per conversation or run), every scope
         checked before the first is written, so a bad or conflicting item anywhere leaves the
         store as it was; the number of items added per scope."""
+        names = [scope for scope, _ in parts]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # the second would be checked against a store without the first, then clash
+            raise InvalidItemError(f"the import holds scope {twice[0]!r} twice (two conversations or "
+                                   "runs with one id); nothing of this import was written")
         for scope, items in parts:
             try:
                 self._checked(self._ident(scope, None, None, None).scope, list(items))
