@@ -89,6 +89,21 @@ def test_judge_file_grades_every_answer_in_place_and_resumes(tmp_path) -> None:
     assert judge_file(path, ScriptedLLM('{"score": 0.5}', model="judge-b"))["judged"] == 3
 
 
+@pytest.mark.parametrize("text", ['{"schema": 1, "kind": "suffice export"}\n{"text": "a stored item"}\n',
+                                  '{"key": "a", "answer": "x"}\nnot json\n{"key": "b", "answer": "y"}\n',
+                                  '{"benchmark": "qa", "results": {"f1": 30.1}}\n'])
+def test_judge_file_leaves_a_file_that_is_not_a_results_file_as_it_is(tmp_path, text) -> None:
+    """It rewrote whatever it was given: an export lost its digest, a bad line was deleted."""
+    from suffice import InvalidInputError
+    from suffice._bench.judge import judge_file
+
+    path = tmp_path / "backup.jsonl"
+    path.write_text(text)
+    with pytest.raises(InvalidInputError, match="left as it is"):
+        judge_file(path, ScriptedLLM('{"score": 1}', model="judge-a"))
+    assert path.read_text() == text
+
+
 def test_judge_file_keeps_failed_verdicts_apart(tmp_path) -> None:
     import json
 

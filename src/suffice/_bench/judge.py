@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import OutputParseError
+from .._errors import InvalidInputError, OutputParseError
 from .._files import write_atomic
 from .._llm.base import LLM, Ledger
 from .._llm.parse import ask_parsed, extract_json
 from .._prompts import JUDGE_FORMAT, judge_messages
-from .report import read_results
 
 ALLOWED_SCORES = (0.0, 0.5, 1.0)
 _LOOSE_SCORE = re.compile(r"\bscore\b\W{0,4}(0\.5|1(?:\.0)?|0(?:\.0)?)(?![\d.])", re.I)
@@ -101,6 +100,27 @@ def _answers(rec: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield value
 
 
+def _results_file(path: Path) -> list[dict[str, Any]]:
+    """The records of a results file of bench qa or progressive; any other file is refused
+    before it is rewritten (an export, a figures JSON, a note: judging would lose lines). Only
+    the last line may be cut (a kill while the benchmark wrote it): its benchmark redoes it."""
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    recs = []
+    for n, line in enumerate(lines, 1):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):
+                continue
+            raise InvalidInputError(f"{path}:{n}: not JSON; not a results file of bench qa or "
+                                    "progressive, so it is left as it is") from None
+        if not isinstance(rec, dict) or "key" not in rec or next(_answers(rec), None) is None:
+            raise InvalidInputError(f"{path}:{n}: not a record of bench qa or progressive (a key "
+                                    "and an answer); the file is left as it is")
+        recs.append(rec)
+    return recs
+
+
 def judge_file(path: Path, llm: LLM, *, max_tokens: int = 10, save_every: int = 10,
                progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Add ``llm``'s verdict to every answer of a results JSONL (bench qa or progressive).
@@ -112,7 +132,7 @@ def judge_file(path: Path, llm: LLM, *, max_tokens: int = 10, save_every: int = 
     benchmark appends to ``path``.
     The verdict only needs the score, which the judge writes first, so ``max_tokens`` is small.
     """
-    recs = list(read_results(path))  # a line cut by a kill is dropped: its benchmark redoes it
+    recs = _results_file(path)
     judged = failed = skipped = 0
 
     def save() -> None:
