@@ -403,3 +403,14 @@ def test_ask_checks_what_it_can_before_a_model_loads(db, monkeypatch, extra, sai
     run("--db", db, "add", "something", "-s", "default")
     r = run("--db", db, "ask", "What?", *extra)
     assert r.exit_code == 2 and said in r.output, r.output
+
+
+@pytest.mark.parametrize("args", [("bench", "qa", "--json", "{dir}"), ("bench", "qa", "--out", "{dir}"),
+                                  ("train", "router", "--out", "{file}"),
+                                  ("bench", "render", "--plot", "{dir}")])
+def test_an_output_path_of_the_wrong_kind_is_refused_before_any_work(tmp_path, args):
+    """A folder where a file goes (or the reverse) failed with a raw traceback after the run."""
+    (tmp_path / "afile").write_text("x")
+    r = run(*[a.format(dir=tmp_path, file=tmp_path / "afile") for a in args])
+    said = " ".join(r.output.translate(str.maketrans("", "", "│╭╮╰╯─")).split())
+    assert r.exit_code == 2 and ("is a directory" in said or "is a file" in said), r.output

@@ -584,8 +584,9 @@ def render(
 def bench_render(
     dataset: Annotated[str, typer.Option(help="locomo or beam.")] = "locomo",
     data: Annotated[Path | None, typer.Option(help="Dataset file or folder (default: shared copy).")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write the PNG plot here.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write figures to this file.")] = None,
+    plot: Annotated[Path | None, typer.Option(dir_okay=False, help="Write the PNG plot here.")] = None,
     limit: Annotated[int | None, typer.Option(help="Use only the first N conversations.")] = None,
     encoders_from: Annotated[Path | None, typer.Option(help=(
         "Folder of fold encoders kept by `bench retrieval --folds K --keep DIR`: each "
@@ -678,11 +679,12 @@ def bench_qa(
     base_url: BaseUrlOpt = None,
     use_judge: Annotated[bool, typer.Option("--judge/--no-judge",
                                             help="Score with the LLM judge too.")] = True,
-    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+    out_path: Annotated[Path, typer.Option("--out", dir_okay=False, help="Per-question JSONL (resumable).")
                         ] = Path("runs/qa_locomo.jsonl"),
     store: Annotated[Path, typer.Option("--store", help="Store the dataset is ingested into.")
                      ] = Path("runs/locomo.db"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write figures to this file.")] = None,
 ) -> None:
     """Answer questions from memory and report F1, judge, tokens, cost and latency per category."""
     with errors():
@@ -759,14 +761,16 @@ def bench_tiers(
     provider: ProviderOpt = "local",
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
-    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+    out_path: Annotated[Path, typer.Option("--out", dir_okay=False, help="Per-question JSONL (resumable).")
                         ] = Path("runs/tiers_locomo.jsonl"),
     store: Annotated[Path | None, typer.Option(help=(
         "Store the dataset is ingested into (default: runs/locomo.db, runs/hotpotqa_tiers.db)."))] = None,
     llm_cache: LLMCacheOpt = Path("runs/llm_cache_tiers.db"),
     module_cache: ModuleCacheOpt = Path("runs/tier_modules.db"),
-    plot: Annotated[Path | None, typer.Option(help="Frontier PNG.")] = Path("runs/tiers_frontier.png"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        dir_okay=False, help="Frontier PNG.")] = Path("runs/tiers_frontier.png"),
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write figures to this file.")] = None,
 ) -> None:
     """Quality against cost: trained tier policies per lambda, the heuristic default and fixed
     all-Low / all-Mid / all-High pipelines, on the same questions with the real reader."""
@@ -833,13 +837,14 @@ def bench_progressive(
     base_url: BaseUrlOpt = None,
     use_judge: Annotated[bool, typer.Option("--judge/--no-judge",
                                             help="Score with the LLM judge too.")] = False,
-    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+    out_path: Annotated[Path, typer.Option("--out", dir_okay=False, help="Per-question JSONL (resumable).")
                         ] = Path("runs/progressive_locomo.jsonl"),
     store: Annotated[Path, typer.Option("--store", help="Store the dataset is ingested into.")
                      ] = Path("runs/locomo.db"),
-    plot: Annotated[Path | None, typer.Option(help="Quality-vs-latency PNG.")
+    plot: Annotated[Path | None, typer.Option(dir_okay=False, help="Quality-vs-latency PNG.")
                     ] = Path("runs/progressive_locomo.png"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write figures to this file.")] = None,
     verify: Annotated[int, typer.Option(
         help="Also run auto for real on N recorded questions and check it matches the table.")] = 0,
     verify_tau: Annotated[float, typer.Option(help="Threshold for --verify (signals router).")] = 0.7,
@@ -997,12 +1002,13 @@ def bench_agent_evidence(
     data: Annotated[Path | None, typer.Option(help="AMA-Bench folder (default: the shared copy).")] = None,
     store: Annotated[Path, typer.Option(help="The store, built here once (resumable).")
                      ] = Path("runs/agent/ama.db"),
-    records: Annotated[Path, typer.Option("--records", help="Per-question JSONL (resumable).")
+    records: Annotated[Path, typer.Option("--records", dir_okay=False, help="Per-question JSONL (resumable).")
                        ] = Path("runs/agent/evidence_ama.jsonl"),
     budgets: Annotated[str | None, typer.Option(help="Comma-separated budgets (default 2000,4000,8000).")
                        ] = None,
     limit: Annotated[int | None, typer.Option(help="Stop after this many questions in the records.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the summary here.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write the summary here.")] = None,
     dense: DenseOpt = False,
 ) -> None:
     """Evidence recall on AMA-Bench: the items of the cited steps inside the context, against
@@ -1021,7 +1027,8 @@ def bench_agent_checkpoints(
     budgets: Annotated[str | None, typer.Option(help="Comma-separated budgets (default 4000,8000).")] = None,
     limit: Annotated[int | None, typer.Option(help="Stop after this many checkpoints in the records.")
                      ] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the summary here.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write the summary here.")] = None,
     dense: DenseOpt = False,
 ) -> None:
     """Checkpoint recall: just before a step that needs an earlier step's output, is that
@@ -1049,14 +1056,15 @@ def bench_agent_qa(
     judge_provider: JudgeProviderOpt = "local",
     judge_model: JudgeModelOpt = None,
     judge_base_url: JudgeBaseUrlOpt = None,
-    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+    out_path: Annotated[Path, typer.Option("--out", dir_okay=False, help="Per-question JSONL (resumable).")
                         ] = Path("runs/agent_qa_ama.jsonl"),
     store: Annotated[Path, typer.Option(help="Store the sampled episodes are ingested into.")
                      ] = Path("runs/agent_qa_ama.db"),
     deep_model: DeepModelOpt = None,
     cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost and time).")
                      ] = Path("runs/llm_cache_agent_qa.db"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write figures to this file.")] = None,
 ) -> None:
     """AMA-Bench open-ended QA: fast / deep / auto against truncation and prefix fill at the same
     budget; F1 and judge per question type and domain, early-exit rate, T_mem, T_e2e, tokens.
@@ -1085,14 +1093,15 @@ def bench_beam(
     judge_provider: JudgeProviderOpt = "local",
     judge_model: JudgeModelOpt = None,
     judge_base_url: JudgeBaseUrlOpt = None,
-    out_path: Annotated[Path, typer.Option("--out", help="Per-question JSONL (resumable).")
+    out_path: Annotated[Path, typer.Option("--out", dir_okay=False, help="Per-question JSONL (resumable).")
                         ] = Path("runs/agent_qa_beam.jsonl"),
     store: Annotated[Path, typer.Option(help="Store the sampled conversations are ingested into.")
                      ] = Path("runs/agent_qa_beam.db"),
     deep_model: DeepModelOpt = None,
     cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost and time).")
                      ] = Path("runs/llm_cache_agent_qa.db"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write figures to this file.")] = None,
 ) -> None:
     """BEAM QA with fast / deep / auto, each answer judged against the question's rubric items
     (0 / 0.5 / 1 per item, averaged), by ability, with T_e2e; resumable from --out."""
@@ -1350,7 +1359,8 @@ def bench_retrieval(
         help="Dataset: locomo, beam, ama (AMA-Bench) or hotpotqa.")] = "locomo",
     data: Annotated[Path | None, typer.Option(
         help="Dataset file or folder (default: the shared copy).")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write figures to this file.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write figures to this file.")] = None,
     db: Annotated[str | None, typer.Option("--db", help="Store to use (default: a temporary one).")] = None,
     folds: Annotated[int, typer.Option(min=0, max=100, help=(
         "LoCoMo: also train the encoder on K-1 folds of conversations and score it on the "
@@ -1494,7 +1504,8 @@ ExcludeOpt = Annotated[list[str] | None, typer.Option(help=(
 
 @train_app.command("retriever")
 def train_retriever(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write model.onnx and card.json to.")],
+    out_dir: Annotated[Path, typer.Option(
+        "--out", file_okay=False, help="Folder to write model.onnx and card.json to.")],
     dataset: DatasetsOpt = None,
     data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
     exclude: ExcludeOpt = None,
@@ -1523,7 +1534,8 @@ def train_retriever(
 
 @train_app.command("reranker")
 def train_reranker_cmd(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write model.onnx and card.json to.")],
+    out_dir: Annotated[Path, typer.Option(
+        "--out", file_okay=False, help="Folder to write model.onnx and card.json to.")],
     dataset: DatasetsOpt = None,
     data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
     exclude: ExcludeOpt = None,
@@ -1556,7 +1568,8 @@ def train_reranker_cmd(
 
 @train_app.command("router")
 def train_router_cmd(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write model.onnx and card.json to.")],
+    out_dir: Annotated[Path, typer.Option(
+        "--out", file_okay=False, help="Folder to write model.onnx and card.json to.")],
     dataset: DatasetsOpt = None,
     data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
     exclude: ExcludeOpt = None,
@@ -1594,7 +1607,8 @@ def train_router_cmd(
         "them from the annotations."))] = None,
     threads: Annotated[int, typer.Option(min=1, max=64, help=(
         "torch threads (1 when the machine is busy: 2 contending threads are far slower)."))] = 2,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the training report here.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write the training report here.")] = None,
 ) -> None:
     """Train the sufficiency router on evidence-annotated datasets and export it (ONNX + card).
 
@@ -1732,7 +1746,8 @@ def _floats(text: str, what: str) -> list[float]:
 
 @train_app.command("tiers")
 def train_tiers_cmd(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the policies (tiers-<lam>.npz, .json).")],
+    out_dir: Annotated[Path, typer.Option(
+        "--out", file_okay=False, help="Folder for the policies (tiers-<lam>.npz, .json).")],
     lambdas: Annotated[str, typer.Option(help="Cost weights to train one policy each for.")] = "0,0.3,0.9",
     data: Annotated[Path | None, typer.Option(help="LoCoMo file (default: the shared copy).")] = None,
     exclude: ExcludeOpt = None,
@@ -1763,7 +1778,8 @@ def train_tiers_cmd(
     warm: Annotated[bool, typer.Option("--warm/--no-warm", help=(
         "First run every tier combination that matters once per question, so training itself "
         "makes no new module call."))] = True,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the training report here.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", dir_okay=False, help="Write the training report here.")] = None,
 ) -> None:
     """Train tier policies with PPO (one per cost weight) on LoCoMo conversations.
 
