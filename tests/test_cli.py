@@ -414,3 +414,12 @@ def test_an_output_path_of_the_wrong_kind_is_refused_before_any_work(tmp_path, a
     r = run(*[a.format(dir=tmp_path, file=tmp_path / "afile") for a in args])
     said = " ".join(r.output.translate(str.maketrans("", "", "│╭╮╰╯─")).split())
     assert r.exit_code == 2 and ("is a directory" in said or "is a file" in said), r.output
+
+
+
+@pytest.mark.parametrize("args", [("bench", "qa", "--limit", "0"), ("bench", "render", "--limit", "-1"),
+                                  ("bench", "agent", "qa", "--episodes", "0")])
+def test_a_count_below_one_is_refused_not_run_as_one_or_as_none(args):
+    """--limit 0 ran one question; render crashed on it; --episodes 0 made an empty run."""
+    r = run(*args)
+    assert r.exit_code == 2 and "greater than or equal to 1" in r.output, r.output

@@ -587,7 +587,7 @@ def bench_render(
     json_out: Annotated[Path | None, typer.Option(
         "--json", dir_okay=False, help="Write figures to this file.")] = None,
     plot: Annotated[Path | None, typer.Option(dir_okay=False, help="Write the PNG plot here.")] = None,
-    limit: Annotated[int | None, typer.Option(help="Use only the first N conversations.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Use only the first N conversations.")] = None,
     encoders_from: Annotated[Path | None, typer.Option(help=(
         "Folder of fold encoders kept by `bench retrieval --folds K --keep DIR`: each "
         "conversation is embedded by the encoder that never saw it."))] = None,
@@ -670,7 +670,7 @@ def locomo_run(data: Path | None, limit: int | None, store: Path) -> tuple[Any, 
 def bench_qa(
     dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
     data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
-    limit: Annotated[int | None, typer.Option(help="First N questions of categories 1-4.")] = 100,
+    limit: Annotated[int | None, typer.Option(min=1, help="First N questions of categories 1-4.")] = 100,
     variants: Annotated[str, typer.Option(
         help="Comma list of fast, render, recency, no-memory.")] = "fast,recency,no-memory",
     budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
@@ -754,7 +754,8 @@ def bench_tiers(
                                             help="Compare the untrained default too.")] = True,
     dataset: Annotated[str, typer.Option(help="locomo or hotpotqa (the dev items).")] = "locomo",
     data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
-    limit: Annotated[int | None, typer.Option(help="First N questions (LoCoMo: of categories 1-4).")] = 150,
+    limit: Annotated[int | None, typer.Option(
+        min=1, help="First N questions (LoCoMo: of categories 1-4).")] = 150,
     budget: Annotated[int, typer.Option(help="Tokens of the summary the reader gets.")] = 1000,
     strategy: StrategyOpt = "implementation",
     tier_models: TierModelsOpt = None,
@@ -829,7 +830,7 @@ def bench_tiers(
 def bench_progressive(
     dataset: Annotated[str, typer.Option(help="Dataset name (locomo).")] = "locomo",
     data: Annotated[Path | None, typer.Option(help="Dataset file (default: the shared copy).")] = None,
-    limit: Annotated[int | None, typer.Option(help="First N questions of categories 1-4.")] = 150,
+    limit: Annotated[int | None, typer.Option(min=1, help="First N questions of categories 1-4.")] = 150,
     taus: Annotated[str, typer.Option(help="Comma list of router thresholds.")] = "0.1,0.3,0.5,0.7,0.9",
     budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
     provider: ProviderOpt = "local",
@@ -914,7 +915,7 @@ def bench_progressive(
             say(f"wrote {json_out}")
 
 
-AgentSampleOpt = Annotated[int | None, typer.Option(help=(
+AgentSampleOpt = Annotated[int | None, typer.Option(min=1, help=(
     "Episodes (AMA-Bench) or conversations (BEAM) to sample; all when omitted."))]
 
 
@@ -1006,7 +1007,8 @@ def bench_agent_evidence(
                        ] = Path("runs/agent/evidence_ama.jsonl"),
     budgets: Annotated[str | None, typer.Option(help="Comma-separated budgets (default 2000,4000,8000).")
                        ] = None,
-    limit: Annotated[int | None, typer.Option(help="Stop after this many questions in the records.")] = None,
+    limit: Annotated[int | None, typer.Option(
+        min=1, help="Stop after this many questions in the records.")] = None,
     json_out: Annotated[Path | None, typer.Option(
         "--json", dir_okay=False, help="Write the summary here.")] = None,
     dense: DenseOpt = False,
@@ -1025,7 +1027,7 @@ def bench_agent_checkpoints(
     records: Annotated[Path | None, typer.Option("--records", help=(
         "Per-checkpoint JSONL (default runs/agent/checkpoints_DATASET.jsonl; resumable)."))] = None,
     budgets: Annotated[str | None, typer.Option(help="Comma-separated budgets (default 4000,8000).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Stop after this many checkpoints in the records.")
+    limit: Annotated[int | None, typer.Option(min=1, help="Stop after this many checkpoints in the records.")
                      ] = None,
     json_out: Annotated[Path | None, typer.Option(
         "--json", dir_okay=False, help="Write the summary here.")] = None,
@@ -1046,7 +1048,8 @@ def bench_agent_qa(
     data: Annotated[Path | None, typer.Option(help="AMA-Bench folder (default: the shared copy).")] = None,
     episodes: AgentSampleOpt = 12,
     per_episode: Annotated[int, typer.Option(min=1, help="Questions per sampled episode.")] = 2,
-    limit: Annotated[int | None, typer.Option(help="Only the first N questions of the sample.")] = None,
+    limit: Annotated[int | None, typer.Option(
+        min=1, help="Only the first N questions of the sample.")] = None,
     variants: AgentVariantsOpt = "fast,truncation,prefix-fill,deep,auto",
     budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
     provider: ProviderOpt = "local",
@@ -1083,7 +1086,8 @@ def bench_beam(
     data: Annotated[Path | None, typer.Option(help="BEAM tier folder (default: the shared 100K).")] = None,
     conversations: AgentSampleOpt = 1,
     per_ability: Annotated[int, typer.Option(min=1, help="Questions per ability and conversation.")] = 1,
-    limit: Annotated[int | None, typer.Option(help="Only the first N questions of the sample.")] = None,
+    limit: Annotated[int | None, typer.Option(
+        min=1, help="Only the first N questions of the sample.")] = None,
     variants: AgentVariantsOpt = "fast,deep,auto",
     budget: Annotated[int, typer.Option(help="Reader context budget in tokens.")] = 1000,
     provider: ProviderOpt = "local",
