@@ -315,6 +315,7 @@ def main(dataset: str = "locomo", data: str | Path | None = None, json_out: str 
         write_json(json_out, envelope("render", dataset, str(data or default_data(dataset)),
                                       used_settings, res))
         text += f"\nwrote {json_out}"
-    plot_path = plot if plot is not None else Path("docs") / f"render_{dataset}.png"
-    plot_results(res, plot_path, f"{dataset}: full gold evidence in a B-token context")
-    return text + f"\nwrote {plot_path}"
+    if plot is None:  # written only where asked: a default under docs/ overwrote the repo's figure
+        return text
+    plot_results(res, plot, f"{dataset}: full gold evidence in a B-token context")
+    return text + f"\nwrote {plot}"
