@@ -154,6 +154,9 @@ def test_import_locomo_with_one_sample_id_twice_stores_nothing(db, tmp_path):
     ({"speaker": "A", "dia_id": "D1:1", "text": None}, [], "text must be a string"),
     ({"speaker": "A", "dia_id": "D1:1", "text": "hi"}, [{"question": "q", "category": "multi-hop"}],
      "category must be a whole number"),
+    ({"speaker": None, "dia_id": "D1:1", "text": "hi"}, [], "speaker must be a string"),  # was "None"
+    ({"speaker": "A", "dia_id": {"x": 1}, "text": "hi"}, [], "dia_id must be a string"),
+    ({"speaker": "A", "dia_id": "D1:1", "text": "hi"}, 5, "'qa' must be a list"),  # was a TypeError
 ])
 def test_import_locomo_refuses_wrong_types_by_place_and_stores_nothing(db, tmp_path, turn, qa, says):
     bad = tmp_path / "bad.json"

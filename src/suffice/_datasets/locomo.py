@@ -74,7 +74,10 @@ def load_locomo(path: str | Path | None = None) -> list[LocomoConversation]:
         where = f"{p.name}: conversation {ci}"
         if not isinstance(conv, dict) or "conversation" not in conv:
             raise ImportFormatError(f"{where}: missing 'conversation'")
-        sample_id = str(conv.get("sample_id") or f"conv-{ci}")
+        raw_id = conv.get("sample_id")
+        if raw_id is not None and not isinstance(raw_id, (str, int)) or isinstance(raw_id, bool):
+            raise ImportFormatError(f"{where}: sample_id must be text, got {type(raw_id).__name__}")
+        sample_id = str(raw_id or f"conv-{ci}")
         where = f"{p.name}: conversation {ci} ({sample_id})"
         body = conv["conversation"]
         if not isinstance(body, dict):
@@ -86,6 +89,8 @@ def load_locomo(path: str | Path | None = None) -> list[LocomoConversation]:
         for _n, key in sessions:
             turns = body[key]
             date = body.get(f"{key}_date_time", "")
+            if not isinstance(date, str):  # a null would be stored as the text "None"
+                raise ImportFormatError(f"{where}, {key}_date_time: must be text, got {type(date).__name__}")
             if not isinstance(turns, list):
                 raise ImportFormatError(f"{where}, {key}: expected a list of turns")
             for ti, turn in enumerate(turns):
@@ -94,9 +99,10 @@ def load_locomo(path: str | Path | None = None) -> list[LocomoConversation]:
                 missing = [f for f in ("speaker", "dia_id", "text") if f not in turn]
                 if missing:
                     raise ImportFormatError(f"{where}, {key} turn {ti}: missing {', '.join(missing)}")
-                if not isinstance(turn["text"], str):
-                    raise ImportFormatError(f"{where}, {key} turn {ti}: text must be a string, "
-                                            f"got {type(turn['text']).__name__}")
+                for field in ("text", "speaker", "dia_id"):  # a null speaker was stored as "None"
+                    if not isinstance(turn[field], str):
+                        raise ImportFormatError(f"{where}, {key} turn {ti}: {field} must be a string, "
+                                                f"got {type(turn[field]).__name__}")
                 text = turn["text"]
                 meta: dict[str, Any] = {"dia_id": turn["dia_id"], "dataset": "locomo"}
                 caption = turn.get("blip_caption")
@@ -113,7 +119,10 @@ def load_locomo(path: str | Path | None = None) -> list[LocomoConversation]:
                 ))
         known = {str(it.meta["dia_id"]) for it in items}
         questions = []
-        for qi, qa in enumerate(conv.get("qa", [])):
+        qas = conv.get("qa", [])
+        if not isinstance(qas, list):
+            raise ImportFormatError(f"{where}: 'qa' must be a list, got {type(qas).__name__}")
+        for qi, qa in enumerate(qas):
             if not isinstance(qa, dict) or "question" not in qa or "category" not in qa:
                 raise ImportFormatError(f"{where}: qa {qi} lacks 'question' or 'category'")
             answer = qa.get("answer", qa.get("adversarial_answer", ""))
