@@ -137,6 +137,16 @@ def test_import_locomo_rejects_a_malformed_file_naming_the_record(db, tmp_path):
     assert r.exit_code == 2 and "no store at" in r.output
 
 
+def test_a_refused_import_leaves_no_new_store(tmp_path):
+    conv = {"session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "a NUL \u0000 inside"}]}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"sample_id": "c1", "conversation": conv}]))
+    db = tmp_path / "new.db"
+    r = run("--db", str(db), "import", "locomo", str(bad))
+    assert r.exit_code == 2 and "NUL" in r.output and not db.exists(), r.output
+
+
 def test_import_locomo_with_one_sample_id_twice_stores_nothing(db, tmp_path):
     conv = {"session_1_date_time": "1:56 pm on 8 May, 2023",
             "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}

@@ -219,24 +219,18 @@ def add(
         if not records:
             raise InvalidItemError(f"{file}: no items (every line is blank)" if file is not None and not text
                                    else "nothing to add: give TEXT or --file")
-        from ._api import default_db_path
-        path = str(db or _state["db"] or default_db_path())
-        fresh = "://" not in path and not Path(path).exists()
-        mem = open_memory(db)
         try:
-            target = mem._ident(scope, user, agent, run).scope
-            before = mem.store.max_seq(target) if target in mem.scopes() else -1
-            # One transaction for the whole input: a kill leaves all of it or none of it.
-            with progress_bar("adding", len(records)) as advance:
-                stored = mem.add(records, **where(scope, user, agent, run), session=session, speaker=speaker,
-                                 observed_at=observed_at, batch_size=max(len(records), 1), progress=advance)
-        except SufficeError as exc:
-            if fresh and not mem.scopes():  # refused input leaves no empty store behind
-                mem.close()
-                for suffix in ("", "-wal", "-shm"):
-                    Path(f"{path}{suffix}").unlink(missing_ok=True)
+            with memory_to_fill(db) as mem:
+                target = mem._ident(scope, user, agent, run).scope
+                before = mem.store.max_seq(target) if target in mem.scopes() else -1
+                # One transaction for the whole input: a kill leaves all of it or none of it.
+                with progress_bar("adding", len(records)) as advance:
+                    stored = mem.add(records, **where(scope, user, agent, run), session=session,
+                                     speaker=speaker, observed_at=observed_at,
+                                     batch_size=max(len(records), 1), progress=advance)
+        except InvalidItemError as exc:
             m = re.match(r"(?:item|message) (\d+)(?: \(id '[^']*'\))?: (.*)", str(exc), re.S)
-            if isinstance(exc, InvalidItemError) and m and int(m.group(1)) < len(line_of):  # the file's line
+            if m and int(m.group(1)) < len(line_of):  # the file's own line
                 raise InvalidItemError(f"{file}:{line_of[int(m.group(1))]}: {m.group(2)}") from None
             raise
         new = sum(1 for it in stored if it.seq > before)
@@ -254,9 +248,8 @@ def import_locomo(
         from ._datasets.locomo import load_locomo
         convs = load_locomo(file)
         total = sum(len(c.items) for c in convs)
-        mem = open_memory(db)
         t0 = time.perf_counter()
-        with progress_bar("importing", total) as advance:
+        with memory_to_fill(db) as mem, progress_bar("importing", total) as advance:
             counts = mem.import_locomo(convs, progress=advance)
         dt = time.perf_counter() - t0
         added = sum(counts.values())
@@ -278,9 +271,9 @@ def import_agent(
         from ._datasets.trajectories import load_agent
         trajs = load_agent(path, fmt)  # every file is read and checked before any write
         total = sum(len(t.items) for t in trajs)
-        mem = open_memory(db)
         t0 = time.perf_counter()
-        with progress_bar("importing", total) as advance:  # every run checked before any write
+        # every run is checked before any write
+        with memory_to_fill(db) as mem, progress_bar("importing", total) as advance:
             added = sum(mem.import_agent(trajs, progress=advance).values())
         dt = time.perf_counter() - t0
         say(f"imported {added} new items ({total - added} already stored) in {len(trajs)} "
@@ -317,6 +310,25 @@ def store_to_fill(location: str | None) -> Iterator[Any]:
                 Path(where + suffix).unlink(missing_ok=True)
         raise
     store.close()
+
+
+@contextmanager
+def memory_to_fill(db: str | None) -> Iterator[Any]:
+    """The memory an add or import writes into, created if need be; a store file this created
+    is removed again when the input is refused and nothing was stored, so a refused file
+    leaves no empty store behind."""
+    from ._api import default_db_path
+    where = str(db or _state["db"] or default_db_path())
+    fresh = "://" not in where and where != ":memory:" and not Path(where).exists()
+    mem = open_memory(db)
+    try:
+        yield mem
+    except SufficeError:
+        if fresh and not mem.scopes():
+            mem.close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(where + suffix).unlink(missing_ok=True)
+        raise
 
 
 def print_report(report: Any, *, to: Console = out) -> None:
