@@ -436,3 +436,11 @@ def test_a_count_below_one_is_refused_not_run_as_one_or_as_none(args):
     """--limit 0 ran one question; render crashed on it; --episodes 0 made an empty run."""
     r = run(*args)
     assert r.exit_code == 2 and "greater than or equal to 1" in r.output, r.output
+
+
+
+@pytest.mark.parametrize("lambdas", ["", "nan", "-1", "0,x"])
+def test_cost_weights_that_are_none_or_not_numbers_of_0_or_more_are_refused(tmp_path, lambdas):
+    """'' trained nothing and said rc 0; nan was a raw ValueError; -1 paid the policy to spend."""
+    r = run("train", "tiers", "--out", str(tmp_path / "t"), f"--lambdas={lambdas}")
+    assert r.exit_code == 2 and "numbers of 0 or more" in r.output, r.output

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import sys
 import time
@@ -797,6 +798,7 @@ def bench_tiers(
             sources.append(FixedTiers.all(t))  # type: ignore[arg-type]
         if dataset not in ("locomo", "hotpotqa"):
             fail(f"unknown dataset {dataset!r}; bench tiers supports locomo and hotpotqa")
+        lams = _floats(lambdas, "--lambdas") if policies is not None else []  # before the setup
         if dataset == "locomo":
             convs, items, mem, llm, _ = _tier_setup(store or Path("runs/locomo.db"), data, provider,
                                                     model, base_url, llm_cache, module_cache, limit)
@@ -808,7 +810,7 @@ def bench_tiers(
         if heuristic:
             sources.append(HeuristicTiers(embedder=mem.embedder is not None))
         if policies is not None:
-            for lam in _floats(lambdas, "--lambdas"):
+            for lam in lams:
                 pol = load_tier_policy(policies, lam)
                 if abs(pol.lam - lam) > 1e-9:
                     say(f"no policy trained at lambda={lam:g} in {policies}; skipped", "yellow")
@@ -1753,11 +1755,15 @@ def _staged(report: Callable[[str, int, int], None], label: str) -> Callable[[st
 
 
 def _floats(text: str, what: str) -> list[float]:
+    """Comma-separated cost weights: at least one, each a finite number, none negative (a
+    negative weight would pay the policy for spending)."""
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        fail(f"{what} must be numbers separated by commas, got {text!r}")
-        raise
+        values = []
+    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+        fail(f"{what} must be numbers of 0 or more separated by commas, got {text!r}")
+    return values
 
 
 @train_app.command("tiers")
