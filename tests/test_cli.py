@@ -444,3 +444,11 @@ def test_cost_weights_that_are_none_or_not_numbers_of_0_or_more_are_refused(tmp_
     """'' trained nothing and said rc 0; nan was a raw ValueError; -1 paid the policy to spend."""
     r = run("train", "tiers", "--out", str(tmp_path / "t"), f"--lambdas={lambdas}")
     assert r.exit_code == 2 and "numbers of 0 or more" in r.output, r.output
+
+
+
+@pytest.mark.parametrize("budgets", ["abc", "0", "4000,-1"])
+def test_recall_budgets_that_are_not_whole_numbers_above_0_are_refused(tmp_path, budgets):
+    r = run("bench", "agent", "evidence", "--budgets", budgets, "--store", str(tmp_path / "s.db"),
+            "--records", str(tmp_path / "r.jsonl"))
+    assert r.exit_code == 2 and "whole numbers above 0" in r.output and not (tmp_path / "s.db").exists()

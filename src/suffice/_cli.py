@@ -1006,7 +1006,12 @@ DenseOpt = Annotated[bool, typer.Option("--dense", help=(
 def _bench_agent_recall(dataset: str, data: Path | None, store: Path, records: Path, budgets: str | None,
                         limit: int | None, json_out: Path | None, dense: bool = False) -> None:
     from ._bench import agent as agent_bench
-    wanted = tuple(int(b) for b in budgets.split(",")) if budgets else None
+    try:
+        wanted = tuple(int(b) for b in budgets.split(",")) if budgets else None
+    except ValueError:
+        wanted = ()
+    if wanted is not None and (not wanted or min(wanted) <= 0):
+        fail(f"--budgets takes whole numbers above 0 separated by commas, got {budgets!r}")
     _, text = agent_bench.main(dataset, db=store, out=records, data=data, budgets=wanted, limit=limit,
                                json_out=json_out, embedder="default" if dense else None)
     say(text)
