@@ -70,6 +70,7 @@ def test_embeddings_persist_and_are_computed_once_per_item(tmp_path, embedder):
     path = tmp_path / "m.db"
     counting = CountingEmbedder(embedder)
     mem = Memory(path, embedder=counting)
+    counting.texts = 0  # a new store's encoder first embeds one probe text, no item
     mem.add(["first fact about gauges", "second fact about rain"], scope="s")
     mem.search("rain", scope="s")
     assert counting.texts == 2
@@ -111,6 +112,7 @@ def test_a_conflict_in_a_later_batch_writes_nothing(memory):
 def test_re_adding_stored_items_does_not_embed_them_again(tmp_path, embedder):
     counting = CountingEmbedder(embedder)
     mem = Memory(tmp_path / "m.db", embedder=counting)
+    counting.texts = 0  # a new store's encoder first embeds one probe text, no item
     mem.add([{"text": "a fact", "id": "f1"}, {"text": "another", "id": "f2"}], scope="s")
     mem.add([{"text": "a fact", "id": "f1"}, {"text": "another", "id": "f2"}], scope="s")
     assert counting.texts == 2 and mem.stats("s").items == 2
