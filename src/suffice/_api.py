@@ -888,12 +888,10 @@ class Memory:
         if changes:
             config = config.replace(**changes)
         self._require(ident.scope)
-        for given, name, method in ((llm, "llm", "chat"), (deep_llm, "deep_llm", "chat"),
-                                    (router, "router", "score")):
-            if given is not None and not callable(getattr(given, method, None)):
-                raise InvalidQueryError(
-                    f"{name} must be an object with a {method}() method (make_llm(...) gives a "
-                    f"model; suffice.ScoreRouter a router), got {type(given).__name__} {given!r:.40}")
+        for name, given in (("llm", llm), ("deep_llm", deep_llm), ("router", router)):
+            wrong = _wrong_part(name, given)
+            if wrong:
+                raise InvalidQueryError(wrong)
         if mode != "auto" and (tau is not None or router is not None):
             # Read only by auto mode's routing: silently ignored, it would look like it worked.
             raise InvalidQueryError(f"tau and router apply to mode='auto' only (this call asks "
@@ -1060,30 +1058,41 @@ class Memory:
         return self._add_scopes([(c.scope, c.items) for c in convs], progress)
 
 
-_PARTS = {  # what each part of a Memory must have, and what gives one
-    "embedder": (("name", "dim", "embed", "embed_query"),
+_PARTS = {  # what each pluggable part must have (its methods last), and what gives one
+    "embedder": (("name", "dim", "embed", "embed_query"), 2,
                  "an Embedder (MiniLMEmbedder(), load_encoder(DIR))"),
-    "reranker": (("name", "score"), "a Reranker (load_reranker(DIR))"),
-    "llm": (("model", "chat"), "a model (make_llm(...))"),
-    "deep_llm": (("model", "chat"), "a model (make_llm(...))"),
-    "router": (("name", "score"), "a router (TrainedRouter(DIR), ScoreRouter())"),
+    "reranker": (("name", "score"), 1, "a Reranker (load_reranker(DIR))"),
+    "llm": (("model", "chat"), 1, "a model (make_llm(...))"),
+    "deep_llm": (("model", "chat"), 1, "a model (make_llm(...))"),
+    "router": (("name", "score"), 1, "a router (TrainedRouter(DIR), ScoreRouter())"),
 }
 
 
+def _wrong_part(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot serve as the part ``name`` (a model's name where the model goes,
+    say), or None: given to ``Memory(...)`` or to one call, it would fail later with an
+    AttributeError."""
+    if value is None:
+        return None
+    needs, methods, what = _PARTS[name]
+    if all(hasattr(value, a) for a in needs) and all(callable(getattr(value, m)) for m in needs[-methods:]):
+        return None
+    return f"{name} must be {what}, got {type(value).__name__} {value!r:.40}"
+
+
 def _check_parts(**parts: Any) -> None:
-    """Refuse, before the store opens, a part of the wrong kind (a model's name given where the
-    model goes, say): it would fail at the first query with an AttributeError."""
+    """Refuse, before the store opens, a part of the wrong kind."""
     if parts["store_config"] is not None and not isinstance(parts["store_config"], StoreConfig):
         raise ConfigError(f"store_config must be a StoreConfig, got {type(parts['store_config']).__name__}")
     if parts["record_writer"] is not None and not callable(parts["record_writer"]):
         raise ConfigError("record_writer must be a function of the items that returns a record's text, "
                           f"got {type(parts['record_writer']).__name__}")
-    for name, (needs, what) in _PARTS.items():
-        value = parts[name]
-        if value is None or (value == "default" and name in ("embedder", "router")):
+    for name in _PARTS:
+        if isinstance(parts[name], str) and parts[name] == "default" and name in ("embedder", "router"):
             continue
-        if any(not hasattr(value, attr) for attr in needs):
-            raise ConfigError(f"{name} must be {what}, got {type(value).__name__} {value!r:.40}")
+        wrong = _wrong_part(name, parts[name])
+        if wrong:
+            raise ConfigError(wrong)
 
 
 def _pick_session(ident: Identity, session: str | None) -> str | None:
