@@ -180,14 +180,13 @@ def as_timestamp(value: TimeLike, name: str = "time") -> float:
     if isinstance(value, str):
         if SECONDS.fullmatch(value.strip()):  # POSIX seconds written as text (a query string)
             return float(value)
-        ts = parse_time(value)
-        if ts is None:
-            raise InvalidQueryError(f"{name} {value!r} holds no date (a year at least) that can be read")
-        left = _unread(value)
+        ts, left = observed_time(value)  # the reading an item's observed_at gets
         if left:
             raise InvalidQueryError(
                 f"{name} {value!r}: {' '.join(left)!r} is not part of a date that can be read, so the "
                 "rest would stand for another day than meant; write the date, e.g. 2023-10-01")
+        if ts is None:
+            raise InvalidQueryError(f"{name} {value!r} holds no date (a year at least) that can be read")
         return ts
     raise InvalidQueryError(
         f"{name} must be a datetime, a date, text or POSIX seconds, got {type(value).__name__}")
