@@ -116,8 +116,7 @@ def _storable(msg: Mapping[str, Any]) -> bool:
     if msg.get("role") in ("tool", "function"):
         return True
     refusal = msg.get("refusal")
-    return bool(text.strip() or others or msg.get("tool_calls") or msg.get("function_call")
-                or (isinstance(refusal, str) and refusal.strip()))
+    return bool(text.strip() or others or _calls(msg) or (isinstance(refusal, str) and refusal.strip()))
 
 
 def _message_id(session: str, index: int, msg: Mapping[str, Any]) -> str:
@@ -304,8 +303,7 @@ def _asking_call(msgs: Sequence[Mapping[str, Any]], result: int, lead: int) -> i
     while back > lead and msgs[back - 1]["role"] in RESULT_ROLES:
         back -= 1
     call = back - 1
-    if (call >= lead and msgs[call]["role"] == "assistant"
-            and (msgs[call].get("tool_calls") or msgs[call].get("function_call"))):
+    if call >= lead and msgs[call]["role"] == "assistant" and _calls(msgs[call]):
         return call
     return None
 
@@ -361,6 +359,7 @@ def _cut_to(msg: Mapping[str, Any], room: int) -> dict[str, Any] | None:
 
 
 def _calls(msg: Mapping[str, Any]) -> bool:
+    """Whether the message asks for tool calls (OpenAI's tool_calls or the older function_call)."""
     return bool(msg.get("tool_calls") or msg.get("function_call"))
 
 
