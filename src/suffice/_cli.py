@@ -294,9 +294,7 @@ def store_to_fill(location: str | None) -> Iterator[Any]:
     """The store an import or migration writes into, created if need be; a store file (or
     PostgreSQL schema) this created is removed again when the transfer fails, so a refused
     file leaves nothing behind."""
-    from ._api import default_db_path
-    where = location or _state["db"] or default_db_path()
-    fresh = "://" not in where and where != ":memory:" and not Path(where).exists()
+    where, fresh = _target(location)
     store = open_store_at(where, create=True)
     try:
         yield store
@@ -307,10 +305,21 @@ def store_to_fill(location: str | None) -> Iterator[Any]:
                 drop()
         store.close()
         if fresh:
-            for suffix in ("", "-wal", "-shm"):
-                Path(where + suffix).unlink(missing_ok=True)
+            _remove_store_file(where)
         raise
     store.close()
+
+
+def _target(location: str | None) -> tuple[str, bool]:
+    """(where a write goes, whether it creates a store file there)."""
+    from ._api import default_db_path
+    where = str(location or _state["db"] or default_db_path())
+    return where, "://" not in where and where != ":memory:" and not Path(where).exists()
+
+
+def _remove_store_file(where: str) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(where + suffix).unlink(missing_ok=True)
 
 
 @contextmanager
@@ -318,17 +327,14 @@ def memory_to_fill(db: str | None) -> Iterator[Any]:
     """The memory an add or import writes into, created if need be; a store file this created
     is removed again when the input is refused and nothing was stored, so a refused file
     leaves no empty store behind."""
-    from ._api import default_db_path
-    where = str(db or _state["db"] or default_db_path())
-    fresh = "://" not in where and where != ":memory:" and not Path(where).exists()
+    where, fresh = _target(db)
     mem = open_memory(db)
     try:
         yield mem
     except SufficeError:
         if fresh and not mem.scopes():
             mem.close()
-            for suffix in ("", "-wal", "-shm"):
-                Path(where + suffix).unlink(missing_ok=True)
+            _remove_store_file(where)
         raise
 
 
