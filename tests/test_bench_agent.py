@@ -3,6 +3,7 @@ cluster bootstrap, on a tiny run (fast, no shared data)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -81,6 +82,16 @@ def test_a_checkpoint_is_measured_as_of_its_step_and_resumes(mem: Memory, tmp_pa
     assert overall["4000"]["all"] == 100.0 and overall["1000"]["piece_all"] == 100.0
     assert "suffice - truncation @1000" in res["bootstrap"]
     assert "re_view" in bench.format_summary(res, groups=bench.CHECKPOINT_GROUPS)
+    # Other budgets are another setting: measured again, and summed up without the old records
+    # (which hold no 8k figures).
+    asked: dict[str, dict[str, object]] = {}
+    assert bench.run(mem, qs, out, (8000,), bench.METHODS, asked=asked) == 2
+    res8 = bench.summarize(out, (8000,), bench.METHODS, bench.CHECKPOINT_GROUPS, "trajectory",
+                           fingerprint=bench.fingerprint(mem, (8000,), bench.METHODS), questions=asked)
+    assert res8["questions"] == 2 and res8["overall"]["suffice"]["8000"]["all"] == 100.0
+    # A key that now asks about another step is measured again, not matched by its key.
+    moved = [(d, dataclasses.replace(q, evidence=(6,))) for d, q in qs[:1]]
+    assert bench.run(mem, moved, out, (8000,), bench.METHODS) == 1
 
 
 def test_the_cluster_bootstrap_resamples_runs_not_questions() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -17,6 +18,7 @@ from suffice._datasets.ama import load_ama
 from suffice._datasets.beam import load_beam
 from suffice._llm.base import Message
 from suffice._llm.scripted import ScriptedLLM
+from suffice._route.sufficiency import ScoreRouter
 from suffice._tokens import count_tokens
 
 GOLD = {f"What did the agent do at step {s} of {d}?": f"it opened drawer {s} in {d}"
@@ -135,8 +137,30 @@ def test_a_run_records_every_variant_scores_and_resumes(ama_dir: Path, tmp_path:
     assert agent_qa.run(mem, llm, qs[:1], out, budget=400, variants=["fast"])["ran"] == 1
     # Recorded twice, counted once (the newest); or only the records of one setting.
     assert agent_qa.summarize(out)["overall"]["fast"]["n"] == len(qs)
-    other = agent_qa.summarize(out, fingerprint=agent_qa.fingerprint(mem, llm, 400))
+    other = agent_qa.summarize(out, fingerprints=agent_qa.fingerprints(mem, llm, 400))
     assert other["n_questions"] == 1 and other["variants"] == ["fast"]
+
+
+def test_a_record_counts_only_for_its_own_question_and_auto_for_its_own_router(
+        ama_dir: Path, tmp_path: Path) -> None:
+    mem = Memory(tmp_path / "a.db", embedder=None, store_config=StoreConfig.for_agent(), router=None)
+    llm = ScriptedLLM(_reader)
+    picked = agent_qa.sample_ama(load_ama(ama_dir), n_episodes=1, per_episode=1)
+    agent_qa.ingest(mem, picked)
+    q = picked[0][1][0]
+    out = tmp_path / "r.jsonl"
+    agent_qa.run(mem, llm, [q], out, budget=300, variants=["fast", "auto"])
+    # The same key asking something else (another copy of the data): answered again, and the
+    # old record is not summed under the new question.
+    reworded = dataclasses.replace(q, question=q.question + " Answer briefly.")
+    assert agent_qa.run(mem, llm, [reworded], out, budget=300, variants=["fast"])["ran"] == 1
+    s = agent_qa.summarize(out, agent_qa.questions_of([reworded]))
+    assert s["overall"]["fast"]["n"] == 1 and "auto" not in s["overall"]
+    # auto decides by its router: another router is another setting for auto only.
+    routed = Memory(tmp_path / "a.db", embedder=None, store_config=StoreConfig.for_agent(),
+                    router=ScoreRouter(bias=5.0))
+    counts = agent_qa.run(routed, llm, [q], out, budget=300, variants=["fast", "auto"])
+    assert counts["reused"] == 1 and counts["ran"] == 1
 
 
 def test_a_run_without_judge_is_judged_by_a_later_run(ama_dir: Path, tmp_path: Path) -> None:

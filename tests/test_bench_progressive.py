@@ -265,3 +265,38 @@ def test_verify_checks_a_deep_model_stop_against_the_stop_path_and_a_fast_stop_a
         rec = json.loads(out.read_text())
         assert ("stop" in rec) == stop_path and "wider_adds" in rec
         out.unlink()
+
+
+def test_a_rerun_reuses_nothing_recorded_for_another_question_budget_or_settings(tmp_path, memory):
+    """Records are kept by position ("dana#0"): a key now asking something else is answered
+    from scratch, a router scores again at another budget, and a stop result of other settings
+    is dropped rather than composed into auto rows."""
+    import dataclasses
+
+    from suffice._bench.progressive import run
+    from suffice._bench.qa import QAItem, questions_of
+    from suffice._datasets.locomo import LocomoQuestion
+    from suffice._llm import ScriptedLLM
+
+    small = ScriptedLLM("<answer>no idea</answer>")
+    strong = ScriptedLLM("<answer>Figo</answer>", model="strong")
+    item = QAItem("dana#0", "dana", 0, LocomoQuestion("What is the name of Dana's cat?", "Figo", 4, ()))
+    out = tmp_path / "p.jsonl"
+    run(memory, small, [item], out, budget=600, gold_seqs=lambda item: set(), deep_llm=strong, stop_path=True)
+    # Same settings: everything reused, no router scored again.
+    again = run(memory, small, [item], out, budget=600, gold_seqs=lambda item: set(), deep_llm=strong,
+                stop_path=True)
+    assert again["ran"] == 0 and again["routers_scored"] == 0
+    # Another budget: the paths run again (their fingerprints differ) and so do the routers,
+    # whose input is what the fast reader reads at that budget; the stop result of the old
+    # budget is not kept when this run does not record the stop path.
+    other = run(memory, small, [item], out, budget=400, gold_seqs=lambda item: set(), deep_llm=strong)
+    assert other["ran"] == 2 and other["routers_scored"] == 2
+    rec = json.loads(out.read_text().splitlines()[0])
+    assert "stop" not in rec
+    # The same key now asking another question: nothing of the old record is reused.
+    reworded = dataclasses.replace(item, q=dataclasses.replace(item.q, question="Which pet does Dana have?"))
+    fresh = run(memory, small, [reworded], out, budget=400, gold_seqs=lambda item: set(), deep_llm=strong)
+    assert fresh["ran"] == 2 and fresh["reused"] == 0
+    assert summarize(out, questions=questions_of([item]))["n"] == 0
+    assert summarize(out, questions=questions_of([reworded]))["n"] == 1

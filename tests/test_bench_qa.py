@@ -57,3 +57,43 @@ def test_a_record_made_under_other_settings_is_answered_again_and_not_summarised
     assert len(out.read_text().splitlines()) == 2  # the old record stays in the file, unused
     qa.run(memory, bigger, [item], ["fast"], 600, out)  # another budget: answered again
     assert len(bigger.calls) == 2
+
+
+def test_a_record_counts_only_for_the_question_and_gold_its_key_holds_now(tmp_path, memory):
+    """Keys are positions in the data file: another copy of the data (or a corrected gold)
+    puts another question under "dana#0", which must be answered, not matched by key."""
+    item = qa.QAItem("dana#0", "dana", 0, LocomoQuestion("What is the cat's name?", "Figo", 4, ()))
+    out = tmp_path / "r.jsonl"
+    llm = ScriptedLLM("<answer>Figo</answer>")
+    qa.run(memory, llm, [item], ["no-memory"], 500, out)
+    regolded = qa.QAItem("dana#0", "dana", 0, LocomoQuestion("What is the cat's name?", "Luna", 4, ()))
+    qa.run(memory, llm, [regolded], ["no-memory"], 500, out)
+    assert len(llm.calls) == 2
+    s = qa.summarize(out, qa.questions_of([regolded]))["no-memory"]["overall"]
+    assert s["n"] == 1 and s["f1"] == 0.0  # scored against the gold it has now
+
+
+def test_a_store_made_from_other_data_is_refused_not_answered_from(tmp_path):
+    import pytest
+
+    from suffice import Memory
+    from suffice._errors import ConfigError, ConflictError
+    from suffice._types import NewItem
+
+    def turns(*texts):
+        return tuple(NewItem(t, session="s1", speaker="Ann", id=f"c:{i}") for i, t in enumerate(texts))
+
+    mem = Memory(tmp_path / "m.db", embedder=None)
+    try:
+        c = LocomoConversation("c", turns("I adopted a cat.", "Her name is Figo."), ())
+        qa.ingest(mem, [c], {c.scope})
+        qa.ingest(mem, [c], {c.scope})  # stored already: read back, nothing added
+        assert mem.store.max_seq(c.scope) == 1
+        other = LocomoConversation("c", turns("I adopted a dog.", "Her name is Figo."), ())
+        with pytest.raises(ConflictError):
+            qa.ingest(mem, [other], {c.scope})
+        shorter = LocomoConversation("c", turns("I adopted a cat."), ())
+        with pytest.raises(ConfigError, match="not made from this data"):
+            qa.ingest(mem, [shorter], {c.scope})
+    finally:
+        mem.close()

@@ -716,12 +716,14 @@ def bench_qa(
         bad = [v for v in wanted if v not in qa.VARIANTS]
         if bad:
             fail(f"unknown variant(s) {', '.join(bad)}; use {', '.join(qa.VARIANTS)}")
+        if not wanted:
+            fail(f"--variants names none; use one or more of {', '.join(qa.VARIANTS)}")
+        llm = make_reader(provider, model, base_url)  # a bad provider fails before the ingest
         convs, items, mem = locomo_run(data, limit, store)
-        llm = make_reader(provider, model, base_url)
         with progress_bar("questions", len(items)) as advance:
             qa.run(mem, llm, items, wanted, budget, out_path, judge_llm=llm if use_judge else None,
                    progress=advance)
-        summary = qa.summarize(out_path, {i.key for i in items}, qa.fingerprints(mem, llm, budget, wanted))
+        summary = qa.summarize(out_path, qa.questions_of(items), qa.fingerprints(mem, llm, budget, wanted))
         say(qa.format_summary(summary))
         if json_out is not None:
             write_json(json_out, envelope("qa", dataset, str(data or default_path()),
@@ -795,6 +797,7 @@ def bench_tiers(
     """Quality against cost: trained tier policies per lambda, the heuristic default and fixed
     all-Low / all-Mid / all-High pipelines, on the same questions with the real reader."""
     with errors():
+        from ._bench import qa
         from ._bench import tiers as bt
         from ._route.tiers import FixedTiers, HeuristicTiers, load_tier_policy
         sources: list[Any] = []
@@ -830,7 +833,7 @@ def bench_tiers(
         with progress_bar("answers", len(items) * len(sources)) as advance:
             counts = bt.run(mem, llm, items, sources, out_path, budget=budget, progress=advance)
         say(f"answers: {counts['ran']} run, {counts['reused']} reused")
-        summary = bt.summarize(out_path, {i.key for i in items},
+        summary = bt.summarize(out_path, qa.questions_of(items),
                                bt.fingerprints(mem, llm, sources, budget=budget))
         say(bt.format_summary(summary))
         if plot is not None and summary["configs"]:
@@ -909,7 +912,7 @@ def bench_progressive(
                                      extra_routers=trained, stop_path=stop_path, progress=advance)
         say(f"path results: {counts['ran']} run, {counts['reused']} reused; "
             f"{counts['routers_scored']} router scores added")
-        summary = progressive.summarize(out_path, tau_list, {i.key for i in items})
+        summary = progressive.summarize(out_path, tau_list, qa.questions_of(items))
         if verify > 0:
             summary["verify"] = progressive.verify(mem, llm, items, out_path, n=verify,
                                                    tau=verify_tau, budget=budget, deep_llm=deep_llm)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from .._config import RenderConfig, StoreConfig
 from .._steps import STEP_KEY, cited_steps
 from .._tokens import count_tokens
 from .._types import Filter, Item
+from .report import digest, read_results, same_question
 
 METHODS = ("suffice", "truncation", "masking", "prefix fill", "suffice, excerpts first",
            "suffice, window kept", "suffice, no steps", "prefix fill, no steps")
@@ -61,19 +62,22 @@ def build_store(db: str | Path, trajs: Iterable[Any], *, embedder: Any = None,
                 progress: Callable[[str], None] | None = None) -> Memory:
     """Open (or create) the agent store at ``db`` and add every run not yet fully stored.
 
-    Resumable: runs already complete are skipped, a run cut short is finished (its items carry
-    stable ids, so the rows already written are not written again). ``embedder`` None (the
+    Resumable: a run already stored is read back, one cut short is finished (its items carry
+    stable ids, so the rows already written are not written again), and a store made from other
+    data is refused (:func:`.qa.ingest_scope`). ``embedder`` None (the
     default here) stores no vectors: the shipped MiniLM embeds about 2-3 items a second on this
     loaded 2-core machine, hours for a dataset, so the recall runs rank by BM25 (and step
     references) only; pass ``"default"`` for a dense store."""
+    from .qa import ingest_scope
     mem = Memory(db, store_config=StoreConfig.for_agent(), embedder=embedder)
-    for t in trajs:
-        if mem.store.max_seq(t.scope) + 1 >= len(t.items):
-            continue
-        t0 = time.perf_counter()
-        mem.add(list(t.items), scope=t.scope)
-        if progress is not None:
-            progress(f"{t.scope}: {len(t.items)} items in {time.perf_counter() - t0:.1f} s")
+    try:
+        for t in trajs:
+            t0 = time.perf_counter()
+            if ingest_scope(mem, t.scope, t.items) and progress is not None:
+                progress(f"{t.scope}: {len(t.items)} items in {time.perf_counter() - t0:.1f} s")
+    except BaseException:
+        mem.close()
+        raise
     return mem
 
 
@@ -256,29 +260,66 @@ def checkpoint_questions(mem: Memory, trajs: Sequence[Any], checkpoints: Sequenc
 # -- running and summing up ------------------------------------------------------------------------
 
 
+def fingerprint(mem: Memory, budgets: Sequence[int], methods: Sequence[str]) -> str:
+    """What a question's measurements depend on, hashed: the budgets and methods measured, the
+    store, retrieval and agent render settings, the encoder and the masking window. A record
+    made under another fingerprint is measured again and not summed up."""
+    return digest({"budgets": list(budgets), "methods": list(methods), "store": mem.store_config.model_dump(),
+                   "retrieval": mem.retrieval.model_dump(), "render": RenderConfig.for_agent().model_dump(),
+                   "embedder": getattr(mem.embedder, "name", None), "mask_keep": MASK_KEEP,
+                   "whole_floor": WHOLE_FLOOR_TOKENS})
+
+
+def identity(q: Question) -> dict[str, Any]:
+    """What says which question a record answers (:func:`.report.same_question`): keys are
+    positions in the data, so another copy of the data can give a key another question."""
+    return {"question": q.question, "history": q.history, "evidence": list(q.evidence)}
+
+
+def recorded(path: Path, fingerprint: str | None = None,
+             questions: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """The newest record of each question in ``path``; with ``fingerprint`` only those made
+    under it, with ``questions`` (key -> :func:`identity`) only those of the questions as asked
+    now. A line cut by a kill does not count."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in read_results(path) if path.exists() else ():
+        if fingerprint is not None and r.get("fingerprint") != fingerprint:
+            continue
+        if questions is not None and not same_question(r, questions):
+            continue
+        out[r["key"]] = r
+    return out
+
+
 def run(mem: Memory, questions: Iterable[tuple[_Scope, Question]], out: Path, budgets: Sequence[int],
-        methods: Sequence[str], *, limit: int | None = None, progress: Callable[[int], None] | None = None
-        ) -> int:
-    """Measure every question not yet in ``out`` (JSONL, one line each, written as made); returns
-    how many were measured now. A stopped run resumes where it stopped."""
+        methods: Sequence[str], *, limit: int | None = None, progress: Callable[[int], None] | None = None,
+        asked: dict[str, dict[str, Any]] | None = None) -> int:
+    """Measure each of the first ``limit`` questions (all by default) not yet recorded in
+    ``out`` under the same settings (:func:`fingerprint`) and for the same question
+    (:func:`identity`); JSONL, one line each, written as made. Returns how many were measured
+    now; ``asked`` collects the identity of every question walked, for :func:`summarize`. A
+    stopped run resumes where it stopped."""
     from .qa import open_append
-    from .report import read_results
-    done = {r["key"] for r in read_results(out)} if out.exists() else set()
-    n, before = 0, len(done)
+    fp = fingerprint(mem, budgets, methods)
+    have = recorded(out, fp)
+    n = walked = 0
     with open_append(out) as fh:
         for data, q in questions:
-            if limit is not None and n + before >= limit:
+            if limit is not None and walked >= limit:
                 break
-            if q.key in done:
+            walked += 1
+            ident = identity(q)
+            if asked is not None:
+                asked[q.key] = ident
+            if q.key in have and same_question(have[q.key], {q.key: ident}):
                 continue
             t0 = time.perf_counter()
             res = measure(mem, data, q, budgets, methods)
             rec = {"key": q.key, "scope": q.scope, "question": q.question, "history": q.history,
                    "evidence": list(q.evidence), **q.groups, "methods": res,
-                   "ms": round((time.perf_counter() - t0) * 1e3, 1)}
+                   "ms": round((time.perf_counter() - t0) * 1e3, 1), "fingerprint": fp}
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
             fh.flush()
-            done.add(q.key)
             n += 1
             if progress is not None:
                 progress(n)
@@ -323,11 +364,12 @@ def _rates(recs: Sequence[dict[str, Any]], methods: Sequence[str], budgets: Sequ
 
 
 def summarize(path: Path, budgets: Sequence[int], methods: Sequence[str], groups: Sequence[str],
-              cluster: str = "scope") -> dict[str, Any]:
+              cluster: str = "scope", *, fingerprint: str | None = None,
+              questions: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Shares (%) per method and budget, overall and per group value, and the paired cluster
-    bootstrap of suffice minus each other method (all evidence whole inside)."""
-    from .report import read_results
-    recs = list(read_results(path)) if path.exists() else []
+    bootstrap of suffice minus each other method (all evidence whole inside). One record per
+    question, the newest (see :func:`recorded` for ``fingerprint`` and ``questions``)."""
+    recs = list(recorded(path, fingerprint, questions).values())
     res: dict[str, Any] = {"questions": len(recs), "clusters": len({r[cluster] for r in recs}),
                            "budgets": list(budgets), "methods": list(methods),
                            "overall": _rates(recs, methods, budgets), "groups": {}}
@@ -418,8 +460,10 @@ def main(dataset: str, *, db: str | Path, out: str | Path, data: str | Path | No
             if n % 50 == 0:
                 _log(f"  {n} questions measured ({time.perf_counter() - t0:.0f} s)")
 
-        measured = run(mem, questions, path, budgets, methods, limit=limit, progress=tick)
-        res = summarize(path, budgets, methods, groups, cluster)
+        asked: dict[str, dict[str, Any]] = {}
+        measured = run(mem, questions, path, budgets, methods, limit=limit, progress=tick, asked=asked)
+        res = summarize(path, budgets, methods, groups, cluster,
+                        fingerprint=fingerprint(mem, budgets, methods), questions=asked)
         res["measured_now"], res["run_s"] = measured, time.perf_counter() - t0
         settings = {"store": mem.store_config.model_dump(), "retrieval": mem.retrieval.model_dump(),
                     "render": RenderConfig.for_agent().model_dump(),

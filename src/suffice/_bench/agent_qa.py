@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,11 +43,12 @@ from .._llm.cache import replayed_ms
 from .._llm.parse import ask_parsed, extract_answer
 from .._prompts import JUDGE_FORMAT, PROMPTS_FINGERPRINT, answer_messages, style_for_evidence
 from .._render import CUT
+from .._route.sufficiency import router_identity
 from .._tokens import count_tokens, encode, encoding
 from .judge import judge, parse_verdict
 from .metrics import novel_f1, token_f1
-from .qa import open_append, receipt_summary
-from .report import digest, markdown_table, paired_bootstrap, read_results
+from .qa import ingest_scope, open_append, receipt_summary
+from .report import current, digest, markdown_table, paired_bootstrap, read_results
 
 MODES = ("fast", "deep", "auto")
 BASELINES = ("truncation", "prefix-fill")
@@ -162,12 +163,13 @@ def sample_beam(convs: Sequence[Any], root: Path, *, n_convs: int | None, per_ab
 
 def ingest(mem: Memory, sources: Iterable[tuple[Any, Sequence[AgentQuestion]]],
            progress: Callable[[str], None] | None = None) -> None:
-    """Store the episodes (conversations) that have questions; client ids make a rerun a no-op."""
+    """Store the episodes (conversations) that have questions (:func:`.qa.ingest_scope`: a
+    rerun reads them back, a store made from other data is refused)."""
     for src, qs in sources:
-        if qs and mem.store.max_seq(src.scope) + 1 < len(src.items):
-            if progress:
-                progress(f"ingesting {src.scope} ({len(src.items)} items)")
-            mem.add(list(src.items), scope=src.scope)
+        if qs:
+            t0 = time.perf_counter()
+            if ingest_scope(mem, src.scope, src.items) and progress:
+                progress(f"ingested {src.scope} ({len(src.items)} items, {time.perf_counter() - t0:.1f} s)")
 
 
 def open_store(store: str | Path, embedder: Any = "default") -> Memory:
@@ -328,14 +330,24 @@ def add_verdict(rec: dict[str, Any], q: AgentQuestion, judge_llm: LLM) -> None:
 
 # -- the run ------------------------------------------------------------------------------------
 
-def fingerprint(mem: Memory, llm: LLM, budget: int) -> str:
-    """What an answer depends on: a record with another fingerprint is answered again."""
+def fingerprints(mem: Memory, llm: LLM, budget: int) -> dict[str, str]:
+    """What each variant's answers depend on, hashed: a record with another fingerprint is
+    answered again. The reader, budget, prompts and the memory's configs for all; for ``auto``
+    also the router that decides (:func:`~suffice._route.sufficiency.router_identity`)."""
     d = {"reader": llm.model, "budget": budget, "prompts": PROMPTS_FINGERPRINT,
          **({"deep_reader": mem.deep_llm.model} if mem.deep_llm is not None else {}),
          "store": mem.store_config.model_dump(), "retrieval": mem.retrieval.model_dump(),
          "render": mem.render_config.model_dump(),
          "engine": mem.engine_config.model_dump(exclude={"timeout_s", "tau"})}
-    return digest(d)
+    common = digest(d)
+    routed = digest({**d, "router": router_identity(mem.router)})
+    return {v: routed if v == "auto" else common for v in VARIANTS}
+
+
+def questions_of(questions: Iterable[AgentQuestion]) -> dict[str, dict[str, Any]]:
+    """Each question's key with its text and gold answer: a record under that key counts only
+    if they match (:func:`.report.same_question`)."""
+    return {q.key: {"question": q.question, "gold": q.answer} for q in questions}
 
 
 def run(mem: Memory, llm: LLM, questions: Sequence[AgentQuestion], out: Path, *, budget: int,
@@ -343,9 +355,9 @@ def run(mem: Memory, llm: LLM, questions: Sequence[AgentQuestion], out: Path, *,
         progress: Callable[[int], None] | None = None) -> dict[str, int]:
     """Answer, score and record every (variant, question) not yet recorded; judge recorded
     answers that lack a verdict. Returns how many answers were made, reused and judged."""
-    fp = fingerprint(mem, llm, budget)
+    prints = fingerprints(mem, llm, budget)
     recs = [r for r in read_results(out)] if out.exists() else []
-    have = {(r["variant"], r["key"]): r for r in recs if r.get("fingerprint") == fp}
+    have = current(recs, prints, questions_of(questions))
     by_key = {q.key: q for q in questions}
     counts = {"ran": 0, "reused": 0, "judged": 0}
     if judge_llm is not None:  # verdicts missing from an earlier run (e.g. one with --no-judge)
@@ -366,7 +378,8 @@ def run(mem: Memory, llm: LLM, questions: Sequence[AgentQuestion], out: Path, *,
                 res = answer_one(v, mem, llm, q, budget)
                 rec: dict[str, Any] = {"variant": v, "key": q.key, "group": q.group, "domain": q.domain,
                                        "question": q.question, "gold": q.answer, "budget": budget,
-                                       "fingerprint": fp, "f1": token_f1(res["answer"], q.answer), **res}
+                                       "fingerprint": prints[v], "f1": token_f1(res["answer"], q.answer),
+                                       **res}
                 if judge_llm is not None:
                     add_verdict(rec, q, judge_llm)
                     counts["judged"] += 1
@@ -401,19 +414,16 @@ def _stats(recs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def summarize(path: Path, keys: set[str] | None = None, *, complete: bool = True,
-              fingerprint: str | None = None) -> dict[str, Any]:
+def summarize(path: Path, questions: Mapping[str, Mapping[str, Any]] | None = None, *,
+              complete: bool = True, fingerprints: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Per variant: overall, per group (type / ability) and per domain; paired differences.
 
     A (variant, question) recorded twice counts once, as its newest record; with
-    ``fingerprint`` only records made under that setting count. With ``complete`` only
+    ``fingerprints`` only records made under the current settings count, with ``questions``
+    (:func:`questions_of`) only those of the questions as asked now. With ``complete`` only
     questions every recorded variant has answered count, so the rows compare the same questions.
     """
-    newest: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in read_results(path):
-        if (keys is None or r["key"] in keys) and fingerprint in (None, r.get("fingerprint")):
-            newest[(r["variant"], r["key"])] = r
-    recs = list(newest.values())
+    recs = list(current(read_results(path), fingerprints, questions).values())
     for r in recs:  # scored here, not when answered, so older records get it too
         r["novel_f1"] = novel_f1(r["answer"], r["gold"], r["question"])
     variants = [v for v in VARIANTS if any(r["variant"] == v for r in recs)]
@@ -512,7 +522,8 @@ def main(dataset: str, *, mem: Memory, llm: LLM, judge_llm: LLM | None, data: Pa
     ingest(mem, picked, progress=_log)
     counts = run(mem, llm, questions, out, budget=budget, variants=variants, judge_llm=judge_llm,
                  progress=progress)
-    summary = summarize(out, {q.key for q in questions}, fingerprint=fingerprint(mem, llm, budget))
+    prints = fingerprints(mem, llm, budget)
+    summary = summarize(out, questions_of(questions), fingerprints=prints)
     summary["counts"] = counts
     summary["sample"] = {"questions": len(questions), "sources": len(picked),
                          "keys": [q.key for q in questions]}
@@ -523,6 +534,6 @@ def main(dataset: str, *, mem: Memory, llm: LLM, judge_llm: LLM | None, data: Pa
             "deep_reader": (mem.deep_llm or llm).model,
             "store": mem.store_config.model_dump(), "engine": mem.engine_config.model_dump(),
             "retrieval": mem.retrieval.model_dump(), "render": mem.render_config.model_dump(),
-            "fingerprint": fingerprint(mem, llm, budget),
+            "fingerprints": {v: prints[v] for v in variants},
             "router": getattr(mem.router, "name", "retrieval-signals"), **(settings or {})}, summary))
     return summary

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,18 @@ from .._engine import Engine
 from .._llm.base import LLM, Ledger
 from .._llm.cache import replayed_ms
 from .._prompts import PROMPTS_FINGERPRINT
-from .._route.sufficiency import LMRouter, RouterInput, ScoreRouter, SufficiencyRouter, router_tau
+from .._route.sufficiency import (
+    LMRouter,
+    RouterInput,
+    ScoreRouter,
+    SufficiencyRouter,
+    router_identity,
+    router_tau,
+)
 from .judge import judge
 from .metrics import score_locomo
-from .qa import QAItem, open_append, receipt_summary
-from .report import digest, markdown_table, paired_bootstrap, percentile, read_results
+from .qa import QAItem, open_append, questions_of, receipt_summary
+from .report import digest, markdown_table, paired_bootstrap, percentile, read_results, same_question
 
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -80,6 +87,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
         old.update({r["key"]: r for r in read_results(tmp)})
         tmp.unlink()
     rts = routers(llm, extra_routers)
+    asked = questions_of(items)
     engine = Engine(mem.store, mem.retriever, mem.renderer, llm)
     config = mem.engine_config.replace(reader_budget=budget)
     stop_config = mem.engine_config.stop_config()
@@ -88,9 +96,14 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
     with open_append(tmp) as fh:
         for item in items:
             q = item.q
-            rec: dict[str, Any] = dict(old.get(item.key) or {"variant": "progressive", "key": item.key,
-                                                              "category": q.category})
+            prev_rec = old.get(item.key)
+            if prev_rec is not None and not same_question(prev_rec, asked):
+                prev_rec = None  # the key's question or gold changed: nothing recorded is its
+            rec: dict[str, Any] = dict(prev_rec or {"variant": "progressive", "key": item.key,
+                                                     "category": q.category})
             rec["question"], rec["gold"] = q.question, q.answer
+            if not stop_path and rec.get("stop", {}).get("fingerprint") not in (None, prints["stop"]):
+                del rec["stop"]  # made under other settings, and not run again this time
             if mem.embedder is not None and "embed_ms" not in rec:
                 # Embed once up front, so neither path pays for it by running first; the time
                 # is recorded and added back to every row (a real query pays it once).
@@ -126,7 +139,10 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
             rec["context_ms"] = rec["fast"]["receipt"]["stages_ms"].get("context", 0.0)
             scored = rec.setdefault("routers", {})
             for rt in rts:
-                if rt.name in scored and scored[rt.name].get("model", "") == getattr(rt, "model", ""):
+                # A score is reused for the same router reading the same input: the router's
+                # settings and weights, and what the fast reader reads (budget and configs).
+                rprint = digest({"router": router_identity(rt), "input": prints["fast"]})
+                if scored.get(rt.name, {}).get("fingerprint") == rprint:
                     continue
                 ledger = Ledger()
                 t = time.perf_counter()
@@ -135,7 +151,8 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
                 scored[rt.name] = {"score": d.score, "ok": d.ok, "reason": d.reason, "ms": ms,
                                    "cost_usd": ledger.cost_usd,
                                    "tokens": ledger.input_tokens + ledger.output_tokens,
-                                   "model": getattr(rt, "model", ""), "tau": router_tau(rt)}
+                                   "model": getattr(rt, "model", ""), "tau": router_tau(rt),
+                                   "fingerprint": rprint}
                 counts["routers_scored"] += 1
             fresh[item.key] = rec
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
@@ -303,8 +320,12 @@ MIN_SPEEDUP = 0.3
 """... while its mean T_e2e is at least this fraction below deep's (at most 70% of it)."""
 
 
-def summarize(path: Path, taus: Sequence[float] = TAUS, keys: set[str] | None = None) -> dict[str, Any]:
-    recs = [r for r in read_results(path) if keys is None or r["key"] in keys]
+def summarize(path: Path, taus: Sequence[float] = TAUS,
+              questions: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The rows (fast, deep, auto per router and τ, oracles), router AUCs and paired differences
+    over the recorded questions; with ``questions`` (:func:`.qa.questions_of`) over those, as
+    asked now."""
+    recs = [r for r in read_results(path) if questions is None or same_question(r, questions)]
     out: dict[str, Any] = {"n": len(recs), "rows": {}, "auc": {}, "compare": [], "acceptance": {}}
     picks: dict[str, Pick] = {"fast": lambda r: (r["fast"], 0.0, 0.0, True, 0),
                               "deep": lambda r: (r["deep"], 0.0, 0.0, False, 0)}

@@ -27,6 +27,7 @@ from .._llm.cache import replayed_ms
 from .._llm.parse import extract_answer
 from .._prompts import PROMPTS_FINGERPRINT, answer_messages, choose_style, no_memory_messages
 from .._tokens import count_tokens
+from .._types import NewItem
 from .judge import judge
 from .metrics import exact_match, score_locomo
 from .report import current, digest, markdown_table, percentile, read_results
@@ -89,17 +90,44 @@ def conversation_questions(store: str | Path, indexes: Sequence[int],
 
 def ingest(mem: Memory, convs: Sequence[LocomoConversation], scopes: set[str],
            progress: Callable[[int], None] | None = None) -> None:
-    """Add the conversations that questions need; client ids make this a no-op when present."""
+    """Add the conversations that questions need (:func:`ingest_scope`)."""
     for conv in convs:
-        if conv.scope in scopes and mem.store.max_seq(conv.scope) + 1 < len(conv.items):
-            mem.add(list(conv.items), scope=conv.scope, progress=progress)
+        if conv.scope in scopes:
+            ingest_scope(mem, conv.scope, conv.items, progress=progress)
 
 
-def load_done(path: Path, fingerprints: Mapping[str, str] | None = None) -> set[tuple[str, str]]:
+def ingest_scope(mem: Memory, scope: str, items: Sequence[NewItem],
+                 progress: Callable[[int], None] | None = None) -> bool:
+    """Make ``scope`` hold exactly a dataset's ``items``; True when some had to be added.
+
+    Every item is offered, not only those past the store's count: client ids make a stored
+    item a read (a fraction of a second for a conversation), an item stored under its id with
+    other text (a store made from another copy of the data) is refused, and so is a scope
+    holding more items than the dataset gives it. So a benchmark never answers from a history
+    other than its questions', whatever store ``--store`` names."""
+    new = mem.store.max_seq(scope) + 1 < len(items)
+    mem.add(list(items), scope=scope, progress=progress)
+    held = mem.store.max_seq(scope) + 1
+    if held != len(items):
+        raise ConfigError(
+            f"{mem.path}: scope {scope!r} holds {held} items where the data has {len(items)}: this "
+            "store was not made from this data; name another store")
+    return new
+
+
+def questions_of(items: Iterable[QAItem]) -> dict[str, dict[str, Any]]:
+    """Each item's key with what says which question it is (text and gold answer): a record
+    under that key counts for the item only if they match (:func:`.report.same_question`)."""
+    return {it.key: {"question": it.q.question, "gold": it.q.answer} for it in items}
+
+
+def load_done(path: Path, fingerprints: Mapping[str, str] | None = None,
+              questions: Mapping[str, Mapping[str, Any]] | None = None) -> set[tuple[str, str]]:
     """The (variant, key) pairs recorded in ``path``; with ``fingerprints`` (variant ->
-    fingerprint), only those recorded under the current settings. A line cut by a kill does not
-    count: that question is redone."""
-    return set(current(read_results(path), fingerprints)) if path.exists() else set()
+    fingerprint), only those recorded under the current settings, and with ``questions``
+    (:func:`questions_of`) only those of the questions as asked now. A line cut by a kill does
+    not count: that question is redone."""
+    return set(current(read_results(path), fingerprints, questions)) if path.exists() else set()
 
 
 def fingerprints(mem: Memory, llm: LLM, budget: int, variants: Sequence[str]) -> dict[str, str]:
@@ -196,7 +224,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], variants: Sequence[str],
     """Answer and score every (variant, question) not yet in ``out`` under the current settings
     (:func:`fingerprints`); append as we go."""
     prints = fingerprints(mem, llm, budget, variants)
-    done = load_done(out, prints)
+    done = load_done(out, prints, questions_of(items))
     with open_append(out) as fh:
         for item in items:
             for v in variants:
@@ -223,15 +251,13 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], variants: Sequence[str],
                 progress(1)
 
 
-def summarize(path: Path, keys: set[str] | None = None,
+def summarize(path: Path, questions: Mapping[str, Mapping[str, Any]] | None = None,
               fingerprints: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Per variant and category: n, F1, judge, EM, tokens, cost, latency p50/p95 (ms). One
     record per (variant, question), the newest (with ``fingerprints``, the newest made under
-    them)."""
+    them; with ``questions`` (:func:`questions_of`), of those questions as asked now)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for rec in current(read_results(path), fingerprints).values():
-        if keys is not None and rec["key"] not in keys:
-            continue
+    for rec in current(read_results(path), fingerprints, questions).values():
         for cat in (str(rec["category"]), "overall"):
             groups.setdefault((rec["variant"], cat), []).append(rec)
     out: dict[str, Any] = {}

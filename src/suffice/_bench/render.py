@@ -227,12 +227,12 @@ def plot_results(res: dict[str, Any], path: str | Path, title: str) -> None:
 
 def ingest(mem: Memory, convs: Sequence[Conversation], progress: Callable[[int], None] | None = None
            ) -> float:
-    """Add each conversation unless its scope already holds it (a store reused with ``db``)."""
+    """Add each conversation its scope does not hold yet (:func:`.qa.ingest_scope`: a store
+    reused with ``db`` is read back, one made from other data refused); returns the seconds."""
+    from .qa import ingest_scope
     t0 = time.perf_counter()
     for conv in convs:
-        if mem.store.max_seq(conv.scope) + 1 >= len(conv.items):
-            continue
-        mem.add(list(conv.items), scope=conv.scope, progress=progress)
+        ingest_scope(mem, conv.scope, conv.items, progress=progress)
     return time.perf_counter() - t0
 
 

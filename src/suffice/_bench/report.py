@@ -81,18 +81,32 @@ def digest(settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(dict(settings)).encode()).hexdigest()[:16]
 
 
-def current(records: Iterable[dict[str, Any]], fingerprints: Mapping[str, str] | None = None
+def current(records: Iterable[dict[str, Any]], fingerprints: Mapping[str, str] | None = None,
+            questions: Mapping[str, Mapping[str, Any]] | None = None
             ) -> dict[tuple[str, str], dict[str, Any]]:
     """The record that counts for each (variant, key): the newest one, and with
-    ``fingerprints`` (variant -> fingerprint) only one made under the current settings. Older
-    records stay in the file (a change can be undone) but are neither reused nor summarised."""
+    ``fingerprints`` (variant -> fingerprint) only one made under the current settings. With
+    ``questions`` (key -> the fields that say which question it is, see :func:`same_question`)
+    only records of those questions, asked as they are asked now. Older records stay in the
+    file (a change can be undone) but are neither reused nor summarised."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for rec in records:
         v = str(rec.get("variant"))
         if fingerprints is not None and (v not in fingerprints or rec.get("fingerprint") != fingerprints[v]):
             continue
+        if questions is not None and not same_question(rec, questions):
+            continue
         out[(v, rec["key"])] = rec
     return out
+
+
+def same_question(rec: Mapping[str, Any], questions: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Is ``rec`` a record of one of ``questions``, as asked now? Keys are positions in a data
+    file (``conv-26#19``), so a record made from another copy of the data, or before the data
+    was corrected, has the key of a question it never answered: its question text and gold
+    answer (the fields ``questions`` gives) must match too."""
+    want = questions.get(str(rec.get("key")))
+    return want is not None and all(rec.get(k) == v for k, v in want.items())
 
 
 def read_results(path: Path) -> Iterator[dict[str, Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,7 @@ from .._pipeline import MODULES, TIERS, TierSource
 from .._prompts import PROMPTS_FINGERPRINT
 from .._route.tiers import FixedTiers, HeuristicTiers, TierPolicy
 from .metrics import score_locomo
-from .qa import QAItem, load_done, open_append
+from .qa import QAItem, load_done, open_append, questions_of
 from .report import current, digest, read_results
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], sources: Sequence[TierSo
     if twice:
         raise ConfigError(f"tier sources named {', '.join(twice)} more than once: records are kept by name")
     prints = fingerprints(mem, llm, sources, budget=budget)
-    done = load_done(out, prints)
+    done = load_done(out, prints, questions_of(items))
     ran = 0
     config = EngineConfig(reader_budget=budget, deep_scale=1.0)
     with open_append(out) as f:
@@ -113,16 +113,16 @@ def _ci(values: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, f
     return means[int(0.025 * n)], means[int(0.975 * n) - 1]
 
 
-def summarize(path: Path, keys: set[str] | None = None,
+def summarize(path: Path, questions: Mapping[str, Mapping[str, Any]] | None = None,
               fingerprints: dict[str, str] | None = None) -> dict[str, Any]:
     """Per configuration: F1 (with a bootstrap 95% interval), pipeline cost and time, T_e2e,
     and each module's tier shares; only questions every configuration answered count. One
     record per (configuration, question), the newest (with ``fingerprints``, the newest made
-    under them)."""
+    under them; with ``questions``, see :func:`.qa.questions_of`, of those questions as asked
+    now)."""
     by: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in current(read_results(path), fingerprints).values():
-        if keys is None or r["key"] in keys:
-            by.setdefault(r["variant"], {})[r["key"]] = r
+    for r in current(read_results(path), fingerprints, questions).values():
+        by.setdefault(r["variant"], {})[r["key"]] = r
     common = set.intersection(*(set(v) for v in by.values())) if by else set()
     rows: dict[str, Any] = {}
     for name, rs in by.items():

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .._errors import ProviderError
 from .._llm.base import LLM, Ledger
@@ -87,6 +87,22 @@ def router_tau(router: object) -> float:
     """The router's own calibrated threshold (``router.tau``), else :data:`DEFAULT_TAU`."""
     tau = getattr(router, "tau", None)
     return float(tau) if isinstance(tau, int | float) and 0.0 <= tau <= 1.0 else DEFAULT_TAU
+
+
+def router_identity(router: object | None) -> dict[str, Any]:
+    """What a router's decisions depend on, for a benchmark's record fingerprints: its class and
+    plain settings (weights of the signal router, input budget, τ, target), the model it asks,
+    and a trained router's weights by their digest (a router retrained under the same name
+    decides otherwise). None stands for the engine's default when no router is set."""
+    if router is None:
+        return {"router": None}
+    plain = {k: v for k, v in sorted(vars(router).items())
+             if not k.startswith("_") and (v is None or isinstance(v, bool | int | float | str | tuple))}
+    card = getattr(router, "card", None)
+    llm = getattr(router, "llm", None)
+    return {"router": type(router).__name__, **plain, "tau": router_tau(router),
+            "weights": card.get("sha256") if isinstance(card, dict) else None,
+            "llm": getattr(llm, "model", None)}
 
 
 def over_budget(evidence_tokens: int, input_budget: int, latency_ms: float = 0.0
