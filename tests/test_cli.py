@@ -430,6 +430,40 @@ def test_an_output_path_of_the_wrong_kind_is_refused_before_any_work(tmp_path, a
 
 
 
+@pytest.mark.parametrize("args,said", [
+    (("bench", "qa", "--out", "{tiers}"), "does not hold `bench qa` records"),
+    (("bench", "agent", "qa", "--out", "{qa}"), "does not hold `bench agent qa` records"),
+    (("bench", "agent", "evidence", "--records", "{store}"), "does not hold `bench agent recall` records"),
+    (("bench", "qa", "--out", "{qa}", "--json", "{qa}"), "is the records file"),
+    (("bench", "progressive", "--out", "{new}", "--json", "{store}", "--store", "{store}"), "is an input"),
+    (("bench", "progressive", "--out", "{new}", "--plot", "{tmp}/curve.txt"), "give a file ending in .png"),
+    (("bench", "tiers", "--out", "{new}", "--json", "{tmp}/same", "--plot", "{tmp}/same"), "the same file"),
+    (("bench", "qa", "--variants", " ,"), "--variants names none"),
+])
+def test_a_benchmark_refuses_files_that_would_mix_or_overwrite_records_before_any_work(
+        tmp_path, monkeypatch, args, said):
+    """Appending to another benchmark's records, or writing the summary over the records (or
+    the store) it was computed from, used to happen after hours of answers."""
+    import suffice._cli as cli_module
+
+    def no_model(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("the run started before the checks")
+
+    monkeypatch.setattr(cli_module, "make_reader", no_model)
+    monkeypatch.setattr(cli_module, "locomo_run", no_model)
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"variant": "fast", "key": "conv-26#0", "em": 0.0}) + "\n")
+    tiers = tmp_path / "tiers.jsonl"
+    tiers.write_text(json.dumps({"variant": "all-Low", "key": "conv-26#0", "pipeline_usd": 0.0}) + "\n")
+    store = tmp_path / "m.db"
+    Memory(store, embedder=None).close()
+    paths = {"tiers": tiers, "qa": qa, "store": store, "new": tmp_path / "new.jsonl", "tmp": tmp_path}
+    r = run(*[a.format(**paths) for a in args])
+    out = " ".join(r.output.translate(str.maketrans("", "", "│╭╮╰╯─")).split())
+    assert r.exit_code != 0 and said in out, r.output
+    assert json.loads(qa.read_text()) == {"variant": "fast", "key": "conv-26#0", "em": 0.0}
+
+
 @pytest.mark.parametrize("args", [("bench", "qa", "--limit", "0"), ("bench", "render", "--limit", "-1"),
                                   ("bench", "agent", "qa", "--episodes", "0")])
 def test_a_count_below_one_is_refused_not_run_as_one_or_as_none(args):
@@ -452,3 +486,25 @@ def test_recall_budgets_that_are_not_whole_numbers_above_0_are_refused(tmp_path,
     r = run("bench", "agent", "evidence", "--budgets", budgets, "--store", str(tmp_path / "s.db"),
             "--records", str(tmp_path / "r.jsonl"))
     assert r.exit_code == 2 and "whole numbers above 0" in r.output and not (tmp_path / "s.db").exists()
+
+
+def test_an_import_stopped_halfway_says_that_the_same_command_finishes_it(db, tmp_path, monkeypatch):
+    from suffice._api import Memory as Mem
+
+    def stopped(self, convs, progress=None):  # type: ignore[no-untyped-def]
+        self.add("the first turn", scope="conv-1")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Mem, "import_locomo", stopped)
+    monkeypatch.setattr("suffice._datasets.locomo.load_locomo", lambda file=None: [])
+    r = run("--db", db, "import", "locomo")
+    said = " ".join(r.output.translate(str.maketrans("", "", "│╭╮╰╯─")).split())
+    assert r.exit_code != 0 and "the same command again adds only the rest" in said, r.output
+    with Memory(db) as mem:
+        assert mem.scopes() == ["conv-1"]  # what was stored stays
+
+
+def test_the_router_trainer_takes_one_way_of_setting_tau(tmp_path):
+    """--stop-rate used to override --precision without a word."""
+    r = run("train", "router", "--out", str(tmp_path / "r"), "--precision", "0.8", "--stop-rate", "0.5")
+    assert r.exit_code != 0 and "give one" in r.output and not (tmp_path / "r").exists()

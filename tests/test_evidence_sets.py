@@ -152,3 +152,50 @@ def test_the_router_leaves_the_acceptance_conversation_out_unless_told(locomo_pa
         out = CliRunner().invoke(app, ["train", "router", "--out", "never-written", *extra])
         assert "stopped here" in out.output and seen[-1] == wanted
     assert "leaving out conv-26" in CliRunner().invoke(app, ["train", "router", "--out", "x"]).output
+
+
+def test_every_trainer_leaves_the_acceptance_conversation_out_unless_told(locomo_path: Path,
+                                                                          monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from suffice import _cli
+
+    seen: list[list[str]] = []
+
+    def stop(datasets, data, exclude, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(list(exclude))
+        raise InvalidInputError("stopped here")
+
+    monkeypatch.setattr(_cli, "training_pairs", stop)
+    for command in ("retriever", "reranker"):
+        for extra, wanted in (([], ["conv-26"]), (["--exclude", "none"], [])):
+            out = CliRunner().invoke(_cli.app, ["train", command, "--out", "never-written", *extra])
+            assert "stopped here" in out.output and seen[-1] == wanted
+
+
+def test_a_trainer_refuses_an_out_folder_holding_anything_but_its_own_kind_of_model(
+        locomo_path: Path, tmp_path: Path, monkeypatch) -> None:
+    """Checked before training, not an hour later when the export would empty the folder."""
+    from typer.testing import CliRunner
+
+    from suffice import _cli
+
+    monkeypatch.setattr(_cli, "training_pairs", lambda *a, **k: (_ for _ in ()).throw(
+        InvalidInputError("training started")))
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "thesis.tex").write_text("mine")
+    out = CliRunner().invoke(_cli.app, ["train", "retriever", "--out", str(notes)])
+    assert out.exit_code != 0 and "not a trained encoder" in out.output
+    assert "training started" not in out.output and (notes / "thesis.tex").exists()
+    router = tmp_path / "router"
+    router.mkdir()
+    (router / "card.json").write_text(json.dumps({"kind": "router"}))
+    (router / "model.onnx").write_bytes(b"x")
+    out = CliRunner().invoke(_cli.app, ["train", "reranker", "--out", str(router)])
+    assert "not a trained reranker" in out.output
+    reranker = tmp_path / "rr"
+    reranker.mkdir()
+    (reranker / "card.json").write_text(json.dumps({"kind": "reranker"}))
+    out = CliRunner().invoke(_cli.app, ["train", "reranker", "--out", str(reranker)])
+    assert "is replaced when the new one is written" in out.output and "training started" in out.output

@@ -66,3 +66,25 @@ def test_a_streamed_write_is_published_only_when_its_block_ends_without_error(tm
         assert ".g7." in Path(fh.name).name and Path(fh.name).name.endswith(".tmp")
         fh.write(b"new\n")
     assert p.read_text() == "new\n"
+
+
+def test_a_staged_model_folder_replaces_the_old_one_whole_or_not_at_all(tmp_path: Path) -> None:
+    from suffice._files import staged_folder
+
+    final = tmp_path / "router"
+    final.mkdir()
+    (final / "model.onnx").write_bytes(b"old weights")
+    (final / "card.json").write_text("old card")
+    with pytest.raises(RuntimeError), staged_folder(final) as staging:
+        (staging / "model.onnx").write_bytes(b"new weights")
+        raise RuntimeError("the export failed before the card")
+    # The old model is whole, and nothing of the failed export is left beside it.
+    assert (final / "model.onnx").read_bytes() == b"old weights" and (final / "card.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["router"]
+    with staged_folder(final) as staging:
+        (staging / "model.onnx").write_bytes(b"new weights")
+        (staging / "card.json").write_text("new card")
+        assert (final / "model.onnx").read_bytes() == b"old weights"  # not before the block ends
+    assert {p.name: p.read_bytes() for p in final.iterdir()} == {"model.onnx": b"new weights",
+                                                                 "card.json": b"new card"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["router"]

@@ -14,7 +14,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
@@ -250,7 +250,7 @@ def import_locomo(
         convs = load_locomo(file)
         total = sum(len(c.items) for c in convs)
         t0 = time.perf_counter()
-        with memory_to_fill(db) as mem, progress_bar("importing", total) as advance:
+        with memory_to_fill(db, resumable=True) as mem, progress_bar("importing", total) as advance:
             counts = mem.import_locomo(convs, progress=advance)
         dt = time.perf_counter() - t0
         added = sum(counts.values())
@@ -274,7 +274,7 @@ def import_agent(
         total = sum(len(t.items) for t in trajs)
         t0 = time.perf_counter()
         # every run is checked before any write
-        with memory_to_fill(db) as mem, progress_bar("importing", total) as advance:
+        with memory_to_fill(db, resumable=True) as mem, progress_bar("importing", total) as advance:
             added = sum(mem.import_agent(trajs, progress=advance).values())
         dt = time.perf_counter() - t0
         say(f"imported {added} new items ({total - added} already stored) in {len(trajs)} "
@@ -323,18 +323,22 @@ def _remove_store_file(where: str) -> None:
 
 
 @contextmanager
-def memory_to_fill(db: str | None) -> Iterator[Any]:
+def memory_to_fill(db: str | None, *, resumable: bool = False) -> Iterator[Any]:
     """The memory an add or import writes into, created if need be; a store file this created
-    is removed again when the input is refused and nothing was stored, so a refused file
-    leaves no empty store behind."""
+    is removed again when the input is refused (or the command stopped) and nothing was stored,
+    so a refused file leaves no empty store behind. ``resumable``: the items carry stable ids,
+    so a command stopped halfway says that running it again adds only the rest."""
     where, fresh = _target(db)
     mem = open_memory(db)
     try:
         yield mem
-    except SufficeError:
+    except (SufficeError, KeyboardInterrupt) as exc:
         if fresh and not mem.scopes():
             mem.close()
             _remove_store_file(where)
+        elif isinstance(exc, KeyboardInterrupt) and resumable:
+            fail(f"interrupted: what was stored stays in {mem.path}; the same command again adds "
+                 "only the rest (stored items are recognised by their ids)")
         raise
 
 
@@ -613,6 +617,7 @@ def bench_render(
 ) -> None:
     """Share of questions with full gold evidence in the rendered context, per method and B."""
     with errors():
+        bench_files("render", None, json_out=json_out, plot=plot, inputs=(data,))
         from ._bench import render as render_bench
         say(render_bench.main(dataset=dataset, data=data, json_out=json_out, plot=plot, limit=limit,
                               encoders_from=encoders_from, embedder=configured_embedder()))
@@ -673,6 +678,61 @@ def tier_strategy(mem: Any, strategy: str, tier_models: str | None, make: Callab
         mem.tier_models = {tier: make(name) for tier, name in zip(("low", "mid", "high"), names, strict=True)}
 
 
+RECORD_FIELDS = {
+    "qa": {"variant", "key", "em"},
+    "tiers": {"variant", "key", "pipeline_usd"},
+    "progressive": {"key", "fast"},
+    "agent qa": {"variant", "key", "group", "domain"},
+    "agent recall": {"key", "methods"},
+}
+"""Fields every record of a benchmark's per-question file has: a file without them holds
+another benchmark's records (or something else), which a resumed run must not append to."""
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def bench_files(kind: str, records: Path | None, *, json_out: Path | None = None,
+                plot: Path | None = None, inputs: Sequence[Path | None] = ()) -> None:
+    """Check a benchmark's files before any work: the records file (``--out`` / ``--records``)
+    holds this benchmark's records or none; ``--json`` and ``--plot`` name neither it nor an
+    input (``--data``, ``--store``), which writing them would replace; a plot is a format
+    matplotlib writes. A mistake here used to surface after hours of answers, or to overwrite
+    them."""
+    def same(a: Path, b: Path) -> bool:
+        return a.resolve() == b.resolve()
+
+    written = {"--json": json_out, "--plot": plot}
+    for flag, path in written.items():
+        if path is None:
+            continue
+        for other_flag, other in (("the records file", records), *(("an input", i) for i in inputs)):
+            if other is not None and same(path, other):
+                fail(f"{flag} {path} is {other_flag}: writing it would replace it; name another file")
+    if json_out is not None and plot is not None and same(json_out, plot):
+        fail(f"--json and --plot name the same file {json_out}")
+    if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
+        fail(f"--plot {plot}: give a file ending in {', '.join(PLOT_SUFFIXES)}")
+    if records is None or not records.is_file():
+        return
+    if any(i is not None and same(records, i) for i in inputs):
+        fail(f"the records file {records} is an input of the run; name another file")
+    first = b""
+    with records.open("rb") as fh:
+        for line in fh:
+            if line.strip():
+                first = line
+                break
+    if not first:
+        return
+    try:
+        rec = json.loads(first)
+    except ValueError:
+        rec = None
+    if not isinstance(rec, dict) or not RECORD_FIELDS[kind] <= set(rec):
+        fail(f"{records} does not hold `bench {kind}` records (its first line lacks "
+             f"{', '.join(sorted(RECORD_FIELDS[kind]))}): name a new file or one this benchmark wrote")
+
+
 def locomo_run(data: Path | None, limit: int | None, store: Path) -> tuple[Any, Any, Any]:
     """Load LoCoMo, pick the first ``limit`` questions, and make sure their scopes are stored."""
     from ._bench import qa
@@ -709,6 +769,7 @@ def bench_qa(
     with errors():
         if dataset != "locomo":
             fail(f"unknown dataset {dataset!r}; bench qa supports: locomo")
+        bench_files("qa", out_path, json_out=json_out, inputs=(data, store))
         from ._bench import qa
         from ._bench.report import envelope, write_json
         from ._datasets.locomo import default_path
@@ -807,6 +868,8 @@ def bench_tiers(
             sources.append(FixedTiers.all(t))  # type: ignore[arg-type]
         if dataset not in ("locomo", "hotpotqa"):
             fail(f"unknown dataset {dataset!r}; bench tiers supports locomo and hotpotqa")
+        bench_files("tiers", out_path, json_out=json_out, plot=plot,
+                    inputs=(data, store, llm_cache, module_cache))
         lams = _floats(lambdas, "--lambdas") if policies is not None else []  # before the setup
         if dataset == "locomo":
             convs, items, mem, llm, _ = _tier_setup(store or Path("runs/locomo.db"), data, provider,
@@ -889,6 +952,7 @@ def bench_progressive(
     with errors():
         if dataset != "locomo":
             fail(f"unknown dataset {dataset!r}; bench progressive supports: locomo")
+        bench_files("progressive", out_path, json_out=json_out, plot=plot, inputs=(data, store, cache))
         try:
             tau_list = [float(t) for t in taus.split(",") if t.strip()]
         except ValueError:
@@ -966,10 +1030,13 @@ def _agent_qa(dataset: str, data: Path | None, sources: int | None, per_source: 
               out_path: Path, store: Path, cache: Path | None, json_out: Path | None,
               deep_model: str | None = None) -> None:
     from ._bench import agent_qa
+    bench_files("agent qa", out_path, json_out=json_out, inputs=(data, store, cache))
     wanted = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in wanted if v not in agent_qa.VARIANTS]
     if bad:
         fail(f"unknown variant(s) {', '.join(bad)}; use {', '.join(agent_qa.VARIANTS)}")
+    if not wanted:
+        fail(f"--variants names none; use one or more of {', '.join(agent_qa.VARIANTS)}")
     wanted = [v for v in agent_qa.VARIANTS if v in wanted]  # auto after fast and deep: replays
     llm = cached_reader(provider, model, base_url, cache)
     judge_llm = _agent_qa_judge(use_judge, judge_provider, judge_model, judge_base_url, cache)
@@ -1015,6 +1082,7 @@ DenseOpt = Annotated[bool, typer.Option("--dense", help=(
 def _bench_agent_recall(dataset: str, data: Path | None, store: Path, records: Path, budgets: str | None,
                         limit: int | None, json_out: Path | None, dense: bool = False) -> None:
     from ._bench import agent as agent_bench
+    bench_files("agent recall", records, json_out=json_out, inputs=(data, store))
     try:
         wanted = tuple(int(b) for b in budgets.split(",")) if budgets else None
     except ValueError:
@@ -1515,6 +1583,30 @@ def training_pairs(datasets: list[str], data: Path | None, exclude: list[str], h
     return pairs, groups
 
 
+MODEL_FILES = {"model.onnx", "card.json"}
+
+
+def model_out(out_dir: Path, kind: str) -> None:
+    """Check a training command's ``--out`` before any training: a new or empty folder, or one
+    holding a trained ``kind`` (replaced, whole, when the new one is written: see
+    :func:`~suffice._files.staged_folder`). A folder with anything else is refused rather than
+    emptied an hour later."""
+    if not out_dir.is_dir():
+        return
+    found = {p.name for p in out_dir.iterdir()}
+    if not found:
+        return
+    try:
+        card = json.loads((out_dir / "card.json").read_text(encoding="utf-8"))
+        held = (card.get("kind") or "encoder") if isinstance(card, dict) else None
+    except (OSError, ValueError):
+        held = None
+    if held != kind or not found <= MODEL_FILES:
+        fail(f"--out {out_dir} holds {', '.join(sorted(found)[:5])}{' ...' if len(found) > 5 else ''}, "
+             f"not a trained {kind}: name a new or empty folder (a trained {kind} there is replaced)")
+    say(f"{out_dir} holds a trained {kind}: it is replaced when the new one is written", style="yellow")
+
+
 def training_card(prefix: str, base: str, datasets: list[str], groups: list[str], exclude: list[str] | None,
                   data: Path | None, n_pairs: int, hard: int, report: Any, config: Any) -> dict[str, Any]:
     """What a trained model's card says: its base, data, exclusions, training and licence."""
@@ -1531,7 +1623,20 @@ DatasetsOpt = Annotated[list[str] | None, typer.Option("--dataset", help=(
     "Dataset to train on (repeatable): locomo, beam, ama, hotpotqa-train (HotpotQA's train "
     "sample; hotpotqa is its dev set, kept for evaluation)."))]
 ExcludeOpt = Annotated[list[str] | None, typer.Option(help=(
-    "Conversation or episode (scope) to leave out of training, e.g. an acceptance set (repeatable)."))]
+    "Conversation or episode (scope) to leave out of training (repeatable). Default: LoCoMo's "
+    "conv-26, the acceptance set, when LoCoMo is trained on; 'none' leaves nothing out."))]
+
+
+def held_back(exclude: list[str] | None, datasets: Sequence[str]) -> list[str]:
+    """The histories a training command leaves out: ``--exclude`` as given, ``none`` for none,
+    and by default LoCoMo's conv-26, on which every learned part is judged: a part trained on
+    it would be judged on what it saw."""
+    if exclude is None:
+        if "locomo" not in datasets:
+            return []
+        say("leaving out conv-26, the acceptance conversation (--exclude none keeps it)")
+        return ["conv-26"]
+    return [] if exclude == ["none"] else exclude
 
 
 @train_app.command("retriever")
@@ -1551,16 +1656,20 @@ def train_retriever(
     with errors():
         import tempfile
 
+        from ._files import staged_folder
         from ._train.encoder import TrainConfig, export, steps, train
+        model_out(out_dir, "encoder")
         datasets = dataset or ["locomo"]
+        exclude = held_back(exclude, datasets)
         config = TrainConfig(epochs=epochs)
         with tempfile.TemporaryDirectory() as tmp:
-            pairs, groups = training_pairs(datasets, data, exclude or [], hard, Path(tmp))
+            pairs, groups = training_pairs(datasets, data, exclude, hard, Path(tmp))
         with progress_bar("training", steps(len(pairs), config)) as advance:
             model, report = train(pairs, config, advance)
-        export(model, out_dir, training_card(
-            "minilm", "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0)", datasets, groups, exclude,
-            data, len(pairs), hard, report, config))
+        with staged_folder(out_dir) as staging:
+            export(model, staging, training_card(
+                "minilm", "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0)", datasets, groups, exclude,
+                data, len(pairs), hard, report, config))
         say(f"trained on {len(pairs)} questions in {report.seconds:.0f} s; wrote {out_dir}")
 
 
@@ -1583,18 +1692,22 @@ def train_reranker_cmd(
     with errors():
         import tempfile
 
+        from ._files import staged_folder
         from ._train.encoder import steps
         from ._train.reranker import RerankConfig, export_reranker, train_reranker
+        model_out(out_dir, "reranker")
         datasets = dataset or ["locomo"]
+        exclude = held_back(exclude, datasets)
         config = RerankConfig(epochs=epochs)
         with tempfile.TemporaryDirectory() as tmp:
-            pairs, groups = training_pairs(datasets, data, exclude or [], hard, Path(tmp))
+            pairs, groups = training_pairs(datasets, data, exclude, hard, Path(tmp))
         pairs = [p for p in pairs if p.negatives]
         with progress_bar("training", steps(len(pairs), config)) as advance:
             model, report = train_reranker(pairs, config, advance)
-        export_reranker(model, out_dir, training_card(
-            "minilm-rerank", "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0) with a new score head",
-            datasets, groups, exclude, data, len(pairs), hard, report, config))
+        with staged_folder(out_dir) as staging:
+            export_reranker(model, staging, training_card(
+                "minilm-rerank", "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0) with a new score head",
+                datasets, groups, exclude, data, len(pairs), hard, report, config))
         say(f"trained on {len(pairs)} questions in {report.seconds:.0f} s; wrote {out_dir}")
 
 
@@ -1611,9 +1724,10 @@ def train_router_cmd(
     beta: Annotated[float, typer.Option(min=0.0, max=10.0, help=(
         "Weight of the rationale distillation term (0: the ablation without it)."))] = 0.5,
     epochs: Annotated[int, typer.Option(min=1, max=500)] = 24,
-    precision: Annotated[float, typer.Option(min=0.0, max=1.0, help=(
+    precision: Annotated[float | None, typer.Option(min=0.0, max=1.0, help=(
         "tau: the smallest threshold whose early stops meet --calibrate-on's test (lose nothing "
-        "to width, or hold all gold evidence) this often on the validation conversations."))] = 0.9,
+        "to width, or hold all gold evidence) this often on the validation conversations "
+        "[default: 0.9; not with --stop-rate]."))] = None,
     stop_rate: Annotated[float | None, typer.Option(min=0.01, max=1.0, help=(
         "tau instead: the largest threshold at which at least this share of validation "
         "contexts stop early (a time budget, for auto with stop_reader='deep')."))] = None,
@@ -1654,17 +1768,16 @@ def train_router_cmd(
     with errors():
         import tempfile
 
+        from ._files import staged_folder
         from ._train import router as rt
         from ._train import sufficiency_data as sd
+        model_out(out_dir, "router")
         datasets = dataset or ["locomo"]
-        # LoCoMo's acceptance conversation stays out unless asked for (as in `train tiers`):
-        # a router trained on it would be judged on what it saw. `--exclude none`: keep all.
-        if exclude is None:
-            exclude = ["conv-26"] if "locomo" in datasets else []
-            if exclude:
-                say("leaving out conv-26, the acceptance conversation (--exclude none keeps it)")
-        exclude = [] if exclude == ["none"] else exclude
-        cfg = rt.RouterTrainConfig(epochs=epochs, beta=beta, precision=precision, stop_rate=stop_rate,
+        if precision is not None and stop_rate is not None:
+            fail("--precision and --stop-rate are two ways to set tau: give one")
+        exclude = held_back(exclude, datasets)
+        cfg = rt.RouterTrainConfig(epochs=epochs, beta=beta, stop_rate=stop_rate,
+                                   precision=0.9 if precision is None else precision,
                                    eval_budget=budget, threads=threads, calibrate_on=calibrate_on)
         budgets = {budget // 2, budget, 2 * budget} | ({4 * budget} if target == "width" else set())
         dcfg = sd.DataConfig(fast_budget=budget, budgets=tuple(sorted(budgets)),
@@ -1709,9 +1822,10 @@ def train_router_cmd(
                 "rationales": rationale_model or "from the annotations",
                 "licence": "weights derived from: " + "; ".join(LICENCES[d] for d in datasets)
                            + ". Share and use them only as all of these allow."}
-        rt.export_router(net, out_dir, card)
-        # tau from the exported (int8) model's scores, the ones the runtime compares with it
-        card = rt.recalibrate_exported(out_dir, va, cfg)
+        with staged_folder(out_dir) as staging:
+            rt.export_router(net, staging, card)
+            # tau from the exported (int8) model's scores, the ones the runtime compares with it
+            card = rt.recalibrate_exported(staging, va, cfg)
         say(f"trained on {len(tr)} contexts of {len(train_groups)} histories in {rep.seconds:.0f} s "
             f"(data {built_s:.0f} s); validation AUC "
             f"{rep.val_auc if rep.val_auc is not None else float('nan'):.3f}, "
@@ -1834,7 +1948,7 @@ def train_tiers_cmd(
         lams = _floats(lambdas, "--lambdas")
         convs, items, mem, llm, pipeline = _tier_setup(store, data, provider, model, base_url,
                                                        llm_cache, module_cache, None)
-        skip = set(exclude if exclude is not None else ["conv-26"])
+        skip = set(held_back(exclude, ["locomo"]))
         names = {c.scope: c.sample_id for c in convs}
         unknown = skip - set(names.values())
         if unknown:

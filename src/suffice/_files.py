@@ -1,15 +1,17 @@
-"""Writing a file so that a kill leaves the old version or the new one, never half of one."""
+"""Writing a file (or a model's folder) so that a kill leaves the old version or the new one,
+never half of one."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_file", "write_atomic"]
+__all__ = ["atomic_file", "staged_folder", "write_atomic"]
 
 
 def _temp_name(path: Path, tag: str = "") -> Path:
@@ -66,3 +68,32 @@ def write_atomic(path: str | Path, data: str | bytes, *, mode: int = 0o666) -> N
     """Write ``data`` (text as UTF-8) to ``path`` through :func:`atomic_file`."""
     with atomic_file(path, mode=mode) as fh:
         fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+@contextmanager
+def staged_folder(path: str | Path) -> Iterator[Path]:
+    """A fresh folder beside ``path`` to write a whole model into (weights and card); when the
+    block ends without an error it takes ``path``'s place, an old folder there being moved
+    aside first and removed after. When the block raises, the new folder is removed and
+    ``path`` is left as it was: an export that fails halfway never leaves weights that do not
+    match their card where a memory loads them.
+
+    Two renames, not one (a folder cannot be renamed over a full one): a kill between them
+    leaves ``path`` missing, with the old folder beside it under a hidden ``.old`` name.
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = _temp_name(final, "new")
+    staging.mkdir()
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    old = _temp_name(final, "old") if final.exists() else None
+    if old is not None:
+        os.replace(final, old)
+    os.replace(staging, final)
+    _sync_folder(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
