@@ -274,6 +274,15 @@ def test_a_policy_file_that_is_not_one_is_refused_with_its_name(tmp_path) -> Non
     assert "no card" in TierPolicy.load(tmp_path / "tiers-0.3.npz").name  # λ unknown: said, not hidden
 
 
+def test_policy_weights_whose_shapes_do_not_chain_are_refused_at_load() -> None:
+    """They used to load, and fail with numpy's matmul error at the first tiered question."""
+    good = random_policy(dim=8)
+    for key, shape in (("w2", (5, 5)), ("wu", (8,)), ("w4", (4, 8)), ("b4", (2,))):
+        broken = {**good.w, key: np.zeros(shape)}
+        with pytest.raises(ConfigError, match="tier policy weights"):
+            TierPolicy(broken, lam=0.0, encoder="e")
+
+
 def test_a_policy_refuses_vectors_it_was_not_trained_on(tmp_path, memory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     small = random_policy(dim=8)
     with pytest.raises(ConfigError, match="reads 8-dim vectors; this memory's are 384-dim"):

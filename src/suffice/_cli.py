@@ -1868,6 +1868,10 @@ def _hotpot_setup(store: Path, data: Path | None, provider: str, model: str | No
         for scope, rows in histories:
             if not mem._store.has_scope(scope):
                 mem.add(rows, scope=scope)
+            elif [it.text for it in mem.items(scope=scope)] != [r.text for r in rows]:
+                # HotpotQA's sentences carry no ids to match them by: compare the texts
+                fail(f"{store}: scope {scope!r} holds other text than the HotpotQA item of that name; "
+                     "this store was not made from this data: name another --store")
             advance(1)
     wanted = {scope for scope, _ in histories}
     # category 2: the LoCoMo scorer's plain token F1

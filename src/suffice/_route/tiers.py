@@ -132,6 +132,16 @@ class TierPolicy:
             h.update(f"cap={cap}".encode())
         self.digest = h.hexdigest()[:16]
         """The weights' sha256 (short): a retrained policy has another, whatever its name."""
+        # One pass on zero vectors: weights whose shapes do not chain (a file edited by hand,
+        # or of another version) fail here, at load, not at the first tiered query.
+        try:
+            dim = self.dim
+            out = self.probs(MODULES[0], np.zeros(dim, np.float32), np.zeros(dim, np.float32))
+        except (ValueError, IndexError) as exc:
+            raise ConfigError(f"tier policy weights do not fit together: {exc}") from None
+        if dim < 1 or out.shape != (len(TIERS),) or not np.isfinite(out).all():
+            raise ConfigError(f"tier policy weights give {out.shape[0] if out.ndim else 0} outputs "
+                              f"for {dim}-dim vectors; a policy gives one per tier ({len(TIERS)})")
 
     def probs(self, module: Module, q: np.ndarray, x: np.ndarray) -> np.ndarray:
         w = self.w
