@@ -20,6 +20,7 @@ from suffice import (
     Memory,
     NewItem,
     NotFoundError,
+    ProviderError,
     RenderConfig,
     RetrievalConfig,
     ScriptedLLM,
@@ -208,6 +209,8 @@ def test_a_config_passed_to_a_call_applies_whole_and_only_to_that_call(memory: M
     (lambda m: m.add(5, scope="dana"), InvalidItemError),
     (lambda m: m.add([None], scope="dana"), InvalidItemError),
     (lambda m: m.add("x", scope="dana", batch_size=0), InvalidItemError),
+    # keys of mixed kinds cannot be written sorted, as the stores write meta (a raw TypeError)
+    (lambda m: m.add(["a", {"text": "b", "meta": {1: "x", "k": 2}}], scope="dana"), InvalidItemError),
     (lambda m: m.ask("q", scope="dana", llm="http"), InvalidQueryError),  # a name, not a model
     (lambda m: m.ask("q", scope="dana", llm=ScriptedLLM("x"), deep_llm="gpt-4o"), InvalidQueryError),
     (lambda m: m.ask("q", scope="dana", llm=ScriptedLLM("x"), mode="auto", router=object()),
@@ -528,3 +531,69 @@ def test_a_part_of_the_wrong_kind_is_refused_before_the_store_opens(tmp_path, pa
     with pytest.raises(ConfigError, match=part):
         Memory(tmp_path / "m.db", **{part: value})
     assert not (tmp_path / "m.db").exists()
+
+
+class _GivesOut:
+    """An embedder whose third call fails (the first is the memory's probe of it)."""
+
+    name, dim = "gives-out", 4
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        import numpy as np
+        self.calls += 1
+        if self.calls == 3:
+            raise ProviderError("embedding endpoint timed out")
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+    def embed_query(self, text):  # type: ignore[no-untyped-def]
+        import numpy as np
+        return np.ones(4, dtype=np.float32)
+
+
+def test_an_add_whose_later_batch_fails_stores_none_of_its_items(tmp_path):
+    """The first batch was committed, and the obvious retry of items without ids stored it twice."""
+    flaky = _GivesOut()
+    with Memory(tmp_path / "m.db", embedder=flaky, router=None) as mem:
+        with pytest.raises(ProviderError):
+            mem.add([f"turn {i}" for i in range(4)], scope="u", batch_size=2)
+        assert "u" not in mem.scopes()  # nothing of it stored, not even the first batch
+        mem.add([f"turn {i}" for i in range(4)], scope="u", batch_size=2)  # the retry
+        assert [it.text for it in mem.items(scope="u")] == [f"turn {i}" for i in range(4)]
+
+
+def test_an_import_that_fails_midway_keeps_only_whole_scopes_and_says_so(tmp_path):
+    flaky = _GivesOut()
+    with Memory(tmp_path / "m.db", embedder=flaky, router=None) as mem:
+        parts = [("run-a", [NewItem("a0", id="a0")]), ("run-b", [NewItem(f"b{i}", id=f"b{i}") for i in range(3)])]
+        with pytest.raises(ProviderError) as caught:
+            mem._add_scopes(parts)
+        assert "imported whole (run-a)" in "".join(caught.value.__notes__)
+        assert [it.text for it in mem.items(scope="run-a")] == ["a0"] and "run-b" not in mem.scopes()
+        assert mem._add_scopes(parts) == {"run-a": 0, "run-b": 3}  # again: only the rest
+
+
+def test_a_rebuild_stopped_halfway_is_named_by_check_and_completed_by_running_it_again(tmp_path, monkeypatch):
+    """Items were left indexed two ways under the old saved config, and check() said all was well."""
+    from suffice._store.sqlite import SQLiteStore
+
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=None) as mem:
+        mem.add([f"item {i} " + "word " * 10 for i in range(700)], scope="u", speaker="ana")
+    original = SQLiteStore.rebuild_pieces
+
+    def first_chunk_only(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, **kwargs)
+        raise KeyboardInterrupt  # killed after the first chunk
+
+    monkeypatch.setattr(SQLiteStore, "rebuild_pieces", first_chunk_only)
+    with Memory(path, embedder=None) as mem:
+        with pytest.raises(KeyboardInterrupt):
+            mem.rebuild(StoreConfig(index_header=False))
+    monkeypatch.setattr(SQLiteStore, "rebuild_pieces", original)
+    with Memory(path, embedder=None) as mem:
+        assert any("did not finish" in p and "rebuild" in p for p in mem.check())
+        mem.rebuild(StoreConfig(index_header=False))
+        assert mem.check() == [] and not mem.store_config.index_header

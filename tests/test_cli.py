@@ -508,3 +508,21 @@ def test_the_router_trainer_takes_one_way_of_setting_tau(tmp_path):
     """--stop-rate used to override --precision without a word."""
     r = run("train", "router", "--out", str(tmp_path / "r"), "--precision", "0.8", "--stop-rate", "0.5")
     assert r.exit_code != 0 and "give one" in r.output and not (tmp_path / "r").exists()
+
+
+def test_a_failed_import_into_a_new_file_keeps_what_another_program_wrote_there(tmp_path):
+    """The file the import created used to be removed whole, another writer's items with it."""
+    from suffice._cli import store_to_fill
+
+    path = tmp_path / "new.db"
+    with pytest.raises(KeyboardInterrupt), store_to_fill(str(path)):
+        other = Memory(path, embedder=None)
+        other.add("the only copy of this note", scope="alice")
+        other.close()
+        raise KeyboardInterrupt  # the import stopped halfway
+    with Memory(path, embedder=None) as mem:
+        assert [it.text for it in mem.items(scope="alice")] == ["the only copy of this note"]
+    empty = tmp_path / "empty.db"
+    with pytest.raises(KeyboardInterrupt), store_to_fill(str(empty)):
+        raise KeyboardInterrupt
+    assert not empty.exists()  # nothing but the import's own (undone) work: no file left

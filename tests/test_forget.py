@@ -177,6 +177,9 @@ def test_forget_takes_what_to_forget_and_nothing_else(memory):
         memory.forget("dana", ids=["x"], everything=True)
     with pytest.raises(InvalidQueryError, match="True or False"):
         memory.forget("dana", everything="yes")  # type: ignore[arg-type]
+    for empty in ("", "  "):  # what items without a session hold: every item of a scope without sessions
+        with pytest.raises(InvalidQueryError, match="session must name a session"):
+            memory.forget("dana", session=empty)
     assert memory.stats("dana").items > 0
     assert memory.forget("dana", ids=["no-such-id"]).items == 0
     memory.add("Ana's run", user_id="ana", run_id="r1")

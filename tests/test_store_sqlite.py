@@ -241,3 +241,39 @@ def test_opening_a_current_store_writes_nothing_so_a_long_write_elsewhere_does_n
         reader.note_transfer("s", {"source": "x"})  # a write waits at most its timeout
     reader.close()
     writer.rollback()
+
+
+def test_a_damaged_file_is_a_store_error_and_check_reports_it_instead_of_raising(tmp_path):
+    """Raw sqlite3 errors escaped, from check() too: the one tool meant to diagnose this."""
+    from suffice import Memory, StoreError
+
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=None) as mem:
+        mem.add([f"turn {i} " + "w " * 50 for i in range(300)], scope="u")
+    size = path.stat().st_size
+    with open(path, "r+b") as fh:  # a torn write in the middle of the file
+        fh.seek(size // 2)
+        fh.write(b"\xff" * 4096)
+    with Memory(path, embedder=None) as mem:
+        with pytest.raises(StoreError, match="malformed"):
+            mem.items(scope="u")
+        problems = mem.check()
+        assert problems and any("malformed" in p for p in problems)
+
+
+def test_a_write_that_fills_the_disk_is_a_store_error_and_keeps_nothing(tmp_path):
+    import sqlite3
+
+    from suffice import Memory, StoreError
+
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=None) as mem:
+        mem.add("a first note", scope="u")
+    con = sqlite3.connect(path)
+    pages = con.execute("PRAGMA page_count").fetchone()[0]
+    con.close()
+    with Memory(path, embedder=None) as mem:
+        mem._store._conn.execute(f"PRAGMA max_page_count = {pages + 2}")  # the disk is nearly full
+        with pytest.raises(StoreError, match="full"):
+            mem.add(["x " * 3000 for _ in range(20)], scope="u")
+        assert [it.text for it in mem.items(scope="u")] == ["a first note"]

@@ -301,7 +301,11 @@ class Memory:
         """How many records :meth:`rebuild` last wrote when it wrote every record again (None:
         it has not): the CLI's ``--records`` then need not write them a second time."""
         if rebuild:
-            self.rebuild(config)
+            try:
+                self.rebuild(config)
+            except BaseException:  # a memory that failed to open holds no file open
+                self.close()
+                raise
 
     def _open_config(self, wanted: StoreConfig | None, rebuild: bool) -> StoreConfig:
         """The store config to run with: the saved one, checked against what was asked for."""
@@ -519,7 +523,9 @@ class Memory:
                     progress: Progress | None = None) -> dict[str, int]:
         """Add items to several scopes (an import: one per conversation or run), every scope
         checked before the first is written, so a bad or conflicting item anywhere leaves the
-        store as it was; the number of items added per scope."""
+        store as it was; the number of items added per scope. A failure while writing (a model
+        error, Ctrl-C) leaves only whole scopes: the one being written is taken out again
+        (:meth:`add`), those before it stay, and their ids make importing again add the rest."""
         names = [scope for scope, _ in parts]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:  # the second would be checked against a store without the first, then clash
@@ -532,10 +538,17 @@ class Memory:
                 exc.add_note(f"in scope {scope!r}; nothing of this import was written")
                 raise
         counts: dict[str, int] = {}
-        for scope, items in parts:
-            before = self._store.max_seq(scope)
-            stored = self.add(list(items), scope=scope, progress=progress)
-            counts[scope] = counts.get(scope, 0) + sum(1 for it in stored if it.seq > before)
+        try:
+            for scope, items in parts:
+                before = self._store.max_seq(scope)
+                stored = self.add(list(items), scope=scope, progress=progress)
+                counts[scope] = counts.get(scope, 0) + sum(1 for it in stored if it.seq > before)
+        except BaseException as exc:
+            if counts:
+                named = ", ".join(list(counts)[:3]) + (", ..." if len(counts) > 3 else "")
+                exc.add_note(f"{len(counts)} scope(s) before it were imported whole ({named}); "
+                             "importing again adds only the rest")
+            raise
         return counts
 
     def add(self, items: ItemLike | Sequence[ItemLike], *, scope: str | None = None,
@@ -549,8 +562,9 @@ class Memory:
         messages (``role``, ``content``, ``name``, ``tool_calls``; tool calls and results
         become items of kinds ``tool_call`` and ``tool_result``). Keyword fields apply to
         entries that do not set their own. Each batch of ``batch_size`` items is one
-        transaction; everything is checked before anything is written, and items whose client
-        ids are stored unchanged are returned as they were (idempotent).
+        transaction; everything is checked before anything is written, a batch that fails
+        takes the batches before it out again (an add stores all its items or none), and items
+        whose client ids are stored unchanged are returned as they were (idempotent).
         """
         ident = self._ident(scope, user_id, agent_id, run_id)
         if ident.run is not None and session and session != ident.run:
@@ -582,18 +596,25 @@ class Memory:
         known = self._checked(ident.scope, new, origin)
         out: list[Item] = []
         encoder = self.embedder.name if self.embedder else ""
-        for b in range(0, len(new), batch_size):
-            batch, stored = new[b:b + batch_size], known[b:b + batch_size]
-            # Items already stored unchanged are read back, not prepared again: an agent loop
-            # re-sends its whole list each step, and cutting every message into pieces again
-            # made each step cost more than the one before.
-            have = {i: got for i, got in enumerate(stored) if got is not None}
-            todo = [i for i in range(len(batch)) if i not in have]
-            rows = self._prepare([batch[i] for i in todo])
-            written = iter(self._store.append(ident.scope, rows, encoder=encoder) if rows else [])
-            out.extend(have[i] if i in have else next(written) for i in range(len(batch)))
-            if progress is not None:
-                progress(len(batch))
+        added: list[str] = []  # ids this call stored, taken out again if a later batch fails
+        try:
+            for b in range(0, len(new), batch_size):
+                batch, stored = new[b:b + batch_size], known[b:b + batch_size]
+                # Items already stored unchanged are read back, not prepared again: an agent loop
+                # re-sends its whole list each step, and cutting every message into pieces again
+                # made each step cost more than the one before.
+                have = {i: got for i, got in enumerate(stored) if got is not None}
+                todo = [i for i in range(len(batch)) if i not in have]
+                rows = self._prepare([batch[i] for i in todo])
+                fresh = self._store.append(ident.scope, rows, encoder=encoder) if rows else []
+                added.extend(it.id for it in fresh)
+                written = iter(fresh)
+                out.extend(have[i] if i in have else next(written) for i in range(len(batch)))
+                if progress is not None:
+                    progress(len(batch))
+        except BaseException as exc:
+            self._take_back(ident.scope, added, exc)
+            raise
         if out:
             try:
                 self._records.write_new(ident.scope)
@@ -601,6 +622,20 @@ class Memory:
                 # The items are stored; records are derived and are written on the next add.
                 warnings.warn(f"records not written yet ({exc}); they follow on the next add", stacklevel=2)
         return out
+
+    def _take_back(self, scope: str, ids: Sequence[str], exc: BaseException) -> None:
+        """Forget, by id, the items an add stored before one of its later batches failed (an
+        embedder that gave out, a full disk, Ctrl-C), so the add stores all its items or none:
+        a retry of items without ids would otherwise store the first batches twice."""
+        if not ids:
+            return
+        try:
+            self._store.forget(scope, ids=list(ids))
+        except Exception as again:  # noqa: BLE001 - the add's own error is the one to raise
+            exc.add_note(f"and the {len(ids)} item(s) it had stored could not be taken out again "
+                         f"({again}); forget them by id (the first: {ids[0]!r}) before adding again")
+        finally:
+            self._retriever.reset()
 
     def _prepare(self, batch: Sequence[NewItem]) -> list[ItemRow]:
         """New items as rows to store: pieces, tokens, parsed time and (with an embedder) vectors."""
@@ -647,6 +682,11 @@ class Memory:
         if ident.agent is not None:
             raise InvalidQueryError("forget takes a scope, ids or a session; agent_id cannot narrow "
                                     "a forget (forget its ids, or its own scope)")
+        if session is not None and (not isinstance(session, str) or not session.strip()):
+            # "" is what an item without a session holds: a forget by it could take a scope's
+            # every item without the everything=True that a whole scope needs.
+            raise InvalidQueryError("session must name a session; items without one are forgotten by "
+                                    "their ids (or the whole scope with everything=True)")
         named_session = session  # the caller's, before run_id fills it in
         session = _pick_session(ident, session)
         if not isinstance(everything, bool):
@@ -717,8 +757,16 @@ class Memory:
         self._compose(new)
         counts = {"pieces": 0, "records": 0, "vectors": 0}
         scopes = self._store.scopes()
+        marked: list[str] = []
         if {"piece_max_tokens", "index_header"} & diff.keys():
             for scope in scopes:
+                # A mark for the pieces rewritten chunk by chunk: a rebuild killed halfway
+                # leaves items indexed two ways under the old saved config, which `check`
+                # names from this mark (and a rebuild run again completes).
+                self._store.note_transfer(scope, {
+                    "rebuild": sorted(diff), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "items": self._store.max_seq(scope) + 1})
+                marked.append(scope)
                 for start in range(0, self._store.max_seq(scope) + 1, 512):
                     items = self._store.items(scope, start=start, end=start + 512)
                     rows = [(it.seq, *self._pieces(it.text, it.speaker, it.observed_at)) for it in items]
@@ -731,6 +779,8 @@ class Memory:
             for scope in scopes:
                 self._store.drop_records(scope)
         self._store.save_config(new.model_dump())
+        for scope in marked:
+            self._store.note_transfer(scope, None)
         for scope in scopes:
             before = self._store.stats(scope).embedded
             self._retriever.index(scope)  # embeds what has no vector (all of it after a new encoder)
@@ -1005,7 +1055,20 @@ class Memory:
         """
         self._need_all("check")
         problems = self._store.check()
+        try:
+            self._check_views(problems)
+        except StoreError as exc:  # a file too damaged to read: say so, do not raise from check
+            problems.append(f"the views could not be checked: {exc}")
+        return problems
+
+    def _check_views(self, problems: list[str]) -> None:
         for scope, note in self._store.unfinished_transfers().items():
+            if "rebuild" in note:
+                what = ", ".join(note["rebuild"])
+                problems.append(
+                    f"scope {scope!r}: a rebuild of {what} began {note.get('started', '')} and did not "
+                    "finish, so its items are indexed two ways: run `suffice rebuild` again")
+                continue
             held = self._store.max_seq(scope) + 1 if self._store.has_scope(scope) else 0
             problems.append(
                 f"scope {scope!r}: a transfer from {note.get('source') or 'another store'} began "
@@ -1026,7 +1089,6 @@ class Memory:
                                     "version wrote (write them again: suffice rebuild --records)")
             if self.embedder is not None and self._store.missing_embeddings(scope, self.embedder.name):
                 problems.append(f"scope {scope!r}: items without a vector after a read")
-        return problems
 
     def import_agent(self, source: str | Path | Sequence[Trajectory], fmt: str = "auto",
                      progress: Progress | None = None) -> dict[str, int]:

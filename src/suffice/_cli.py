@@ -303,8 +303,13 @@ def store_to_fill(location: str | None) -> Iterator[Any]:
         if drop is not None:
             with suppress(Exception):  # the transfer's own error is the one to report
                 drop()
+        # The failed transfer has taken out its own items; a file it created goes only if
+        # nothing else is in it (another program may have written there meanwhile).
+        empty = False
+        with suppress(Exception):
+            empty = not store.scopes()
         store.close()
-        if fresh:
+        if fresh and empty:
             _remove_store_file(where)
         raise
     store.close()

@@ -201,7 +201,8 @@ def validate_item(item: NewItem, index: int) -> None:
     if not isinstance(item.meta, Mapping):
         raise InvalidItemError(f"{where}: meta must be a mapping, got {type(item.meta).__name__}")
     try:
-        json.dumps(item.meta, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        # As the stores write it (sorted keys): keys of mixed kinds cannot be sorted.
+        json.dumps(item.meta, allow_nan=False, ensure_ascii=False, sort_keys=True).encode("utf-8")
     except UnicodeEncodeError:  # the stores write meta as UTF-8: a lone surrogate cannot go
         raise InvalidItemError(f"{where}: meta is not valid unicode (lone surrogate)") from None
     except (TypeError, ValueError) as exc:

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -163,9 +163,7 @@ class SQLiteStore:
         self.config_poll_s = 0.0  # a local read: check on every call
         self.vacuum_on_forget = vacuum_on_forget
         self.lexical_index_items = lexical_index_items
-        self._postings = (lexical.Postings(self.path, lexical_index_items, self._read, self.generation,
-                                           self.max_seq)
-                          if lexical_index_items is not None and self.path != ":memory:" else None)
+        self._postings: lexical.Postings | None = None  # made once the file is open (it holds a connection)
         if self.path != ":memory:":
             p = Path(self.path)
             if p.is_dir():
@@ -190,12 +188,20 @@ class SQLiteStore:
             # Freed content is overwritten with zeros: forgotten text leaves no bytes behind.
             self._conn.execute("PRAGMA secure_delete = ON")
             self._migrate()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, StoreError) as exc:
             self._conn.close()
-            raise StoreError(f"cannot open store at {self.path}: {exc} (is it a suffice store?)") from None
+            # _retry gives a StoreError; a file that is no database says so in the opener's words
+            cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+            if isinstance(cause, sqlite3.DatabaseError) and not isinstance(cause, sqlite3.OperationalError):
+                raise StoreError(f"cannot open store at {self.path}: {cause} "
+                                 "(is it a suffice store?)") from None
+            raise
         except BaseException:
             self._conn.close()
             raise
+        if lexical_index_items is not None and self.path != ":memory:":
+            self._postings = lexical.Postings(self.path, lexical_index_items, self._read, self.generation,
+                                              self.max_seq)
 
     def _refuse_foreign(self, create: bool) -> None:
         """Before anything is written: a database of another application is never turned into
@@ -240,6 +246,8 @@ class SQLiteStore:
                     ) from exc
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
+            except sqlite3.Error as exc:  # a damaged file, a full disk, ...: ours, with the path
+                raise StoreError(f"store {self.path}: {exc}") from exc
         raise StoreError(f"store {self.path}: still busy after {self._max_retries} attempts")
 
     @contextmanager
@@ -250,11 +258,14 @@ class SQLiteStore:
             try:
                 yield self._conn
                 self._retry(lambda: self._conn.execute("COMMIT"))
-            except BaseException:
+            except BaseException as exc:
                 # SQLite may already have rolled back (e.g. on a failed COMMIT); never leave a
                 # transaction open, or every later write would fail.
                 if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                    with suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):  # a statement of the block: "disk is full", ...
+                    raise StoreError(f"store {self.path}: {exc}; nothing of this write was kept") from exc
                 raise
 
     def _run_script(self, script: str) -> None:
@@ -705,6 +716,14 @@ class SQLiteStore:
         records within their scope's log.
         """
         problems: list[str] = []
+        try:
+            self._check(problems)
+        except (sqlite3.DatabaseError, StoreError) as exc:  # too damaged to finish the checks
+            problems.append(f"sqlite: {exc} (the checks stopped here; restore a backup, or "
+                            "export what can still be read)")
+        return problems
+
+    def _check(self, problems: list[str]) -> None:
         with self._lock:
             rows = self._conn.execute("PRAGMA integrity_check").fetchall()
             if [r[0] for r in rows] != ["ok"]:
@@ -761,7 +780,6 @@ class SQLiteStore:
             found = self._read(sql)
             if found:
                 problems.append(f"{what}: {len(found)} (first: {found[0]!r})")
-        return problems
 
     def audit(self) -> list[AuditEntry]:
         return [AuditEntry(float(at), str(action), str(sc), tuple(json.loads(ids)), dict(json.loads(counts)))
