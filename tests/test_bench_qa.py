@@ -97,3 +97,14 @@ def test_a_store_made_from_other_data_is_refused_not_answered_from(tmp_path):
             qa.ingest(mem, [shorter], {c.scope})
     finally:
         mem.close()
+
+
+def test_a_judge_mean_over_part_of_the_answers_says_over_how_many(tmp_path):
+    out = tmp_path / "r.jsonl"
+    base = {"variant": "fast", "category": 4, "f1": 1.0, "em": 1.0, "receipt": {
+        "t_e2e_ms": 1.0, "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0}}
+    out.write_text("".join(json.dumps({**base, "key": f"a#{i}", "judge": j}) + "\n"
+                           for i, j in enumerate([1.0, None, 0.0])))
+    s = qa.summarize(out)["fast"]["overall"]
+    assert s["judge"] == 50.0 and s["judged"] == 2 and s["n"] == 3
+    assert "50.0 (2 of 3)" in qa.format_summary(qa.summarize(out))

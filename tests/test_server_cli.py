@@ -90,3 +90,16 @@ def test_serve_runs_a_real_server_process(tmp_path):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_a_server_names_a_broken_router_or_tier_policy_at_start_not_at_the_first_request(
+        tmp_path, monkeypatch, capsys):
+    from suffice import Memory
+    from suffice._cli import warn_installed_parts
+
+    monkeypatch.setenv("SUFFICE_ROUTER", str(tmp_path / "no-router"))
+    monkeypatch.setenv("SUFFICE_TIERS", str(tmp_path / "no-policy"))
+    with Memory(tmp_path / "m.db", embedder=None) as mem:
+        warn_installed_parts(mem)  # warns, and serving goes on: only auto and tiered need them
+    said = " ".join(capsys.readouterr().err.split())
+    assert "$SUFFICE_ROUTER=" in said and "no tier policy at" in said

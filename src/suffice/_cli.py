@@ -1391,6 +1391,7 @@ def serve(
         # The local model loads on the first ask, not at start-up.
         llm = None if provider == "local" and model is None else make_reader(provider, model, base_url)
         mem = open_memory(db, llm=llm)
+        warn_installed_parts(mem)
         say(f"suffice serving {mem.path} on http://{host}:{port} "
             f"({'dev mode: no keys' if dev else f'{len(ring.keys()) if ring else 0} key(s) from {keys}'})",
             "dim", to=err)
@@ -1399,6 +1400,32 @@ def serve(
                         log_level="warning")
         finally:
             mem.close()
+
+
+def warn_installed_parts(mem: Any) -> None:
+    """Load the router and tier policy that ``$SUFFICE_ROUTER`` / ``$SUFFICE_TIERS`` name, at a
+    server's start: a broken one fails only the calls that use it (auto mode, the tiered
+    agent), which a server would otherwise find at its first such request, in a client's
+    error. Said on stderr, not refused: every other call works."""
+    import os
+    import warnings as _warnings
+
+    from ._errors import SufficeError
+    from ._route.tiers import TIERS_ENV, default_tiers
+    from ._route.trained import ROUTER_ENV
+    checks = ((ROUTER_ENV, lambda: mem.router),
+              (TIERS_ENV, lambda: default_tiers(None, mem.embedder.name if mem.embedder else "")))
+    for env, load in checks:
+        if not os.environ.get(env, "").strip():
+            continue
+        with _warnings.catch_warnings(record=True) as caught:
+            _warnings.simplefilter("always")
+            try:
+                load()
+            except SufficeError as exc:
+                say(f"warning: {exc}", "yellow", to=err)
+        for w in caught:
+            say(f"warning: {w.message}", "yellow", to=err)
 
 
 @app.command("mcp")
@@ -1449,6 +1476,7 @@ def mcp_server(
                 else LazyModel(lambda: make_reader(provider, model, base_url)))
         mem = open_memory(db)
         try:
+            warn_installed_parts(mem)
             server = build_mcp_server(mem, scopes=scopes, llm=lazy, keys=ring)
             serve_mcp(server, "http" if transport == "http" else "stdio", host=host, port=port, path=path,
                       allow_remote=allow_remote, announce=lambda line: say(line, "dim", to=err))

@@ -267,7 +267,7 @@ def summarize(path: Path, questions: Mapping[str, Mapping[str, Any]] | None = No
         out.setdefault(v, {})[cat] = {
             "n": len(recs),
             "f1": 100 * sum(r["f1"] for r in recs) / len(recs),
-            "judge": 100 * sum(judged) / len(judged) if judged else None,
+            "judge": 100 * sum(judged) / len(judged) if judged else None, "judged": len(judged),
             "em": 100 * sum(r["em"] for r in recs) / len(recs),
             "input_tokens": sum(r["receipt"]["input_tokens"] for r in recs) / len(recs),
             "output_tokens": sum(r["receipt"]["output_tokens"] for r in recs) / len(recs),
@@ -287,7 +287,10 @@ def format_summary(summary: dict[str, Any]) -> str:
             if cat not in cats:
                 continue
             s = cats[cat]
-            rows.append([v, cat, s["n"], s["f1"], "-" if s["judge"] is None else s["judge"], s["em"],
+            judge: Any = "-" if s["judge"] is None else s["judge"]
+            if s["judge"] is not None and s.get("judged", s["n"]) < s["n"]:  # a mean over part of the rows
+                judge = f"{s['judge']:.1f} ({s['judged']} of {s['n']})"
+            rows.append([v, cat, s["n"], s["f1"], judge, s["em"],
                          round(s["input_tokens"]), round(s["output_tokens"]), f"{s['cost_usd']:.4f}",
                          round(s["p50_ms"]), round(s["p95_ms"])])
     return markdown_table(header, rows)
