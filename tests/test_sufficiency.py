@@ -398,7 +398,8 @@ def test_a_memory_without_vectors_is_sent_deep_not_scored_on_zeros(trained, tmp_
 
 @pytest.mark.parametrize("field,value", [("tau", None), ("tau", "0.6x"), ("tau", 7), ("dim", "384d"),
                                          ("element_features", None), ("budget", "1k"), ("budget", 0),
-                                         ("k", "ten"), ("k", 0), ("dim", 384.9), ("target", "bogus")])
+                                         ("k", "ten"), ("k", 0), ("dim", 384.9), ("target", "bogus"),
+                                         ("dim", 1000)])  # a whole number, not the graph's width
 def test_a_card_with_a_bad_value_is_a_model_file_error(trained, tmp_path, field, value):
     from suffice import ModelFileError
     _mem, _ex, _net, _report, out = trained

@@ -89,6 +89,15 @@ class TrainedRouter:
         opts.inter_op_num_threads = 1
         self._sess = onnx_session(model, opts, ("query", "vectors", "elements", "context", "mask"),
                                   "sufficiency router")
+        # The graph's fixed widths against the card and this version's features: a mismatch
+        # would fail every score (auto then goes deep each time) instead of failing here.
+        widths = {"query": dim, "vectors": dim, "elements": len(ELEMENT_FEATURES),
+                  "context": len(GLOBAL_FEATURES)}
+        for inp in self._sess.get_inputs():
+            want, last = widths.get(inp.name), (inp.shape or [None])[-1]
+            if want is not None and isinstance(last, int) and last != want:
+                raise ModelFileError(f"{folder}: the model's input {inp.name!r} is {last} wide, its card "
+                                     f"and this suffice give {want}; the card does not belong to this model")
         self._lock = threading.Lock()
 
     def score(self, inp: RouterInput, *, ledger: Ledger | None = None,
