@@ -264,3 +264,66 @@ def test_an_unreadable_key_file_refuses_callers_without_naming_it(keyed, caplog)
     r = httpx.get(f"{url}/v1/items", params={"user_id": "ana"}, headers=headers["ana"])
     assert r.status_code == 401 and str(ring.path) not in r.text
     assert "cannot read the key file" in caplog.text
+
+
+def test_a_write_queued_behind_others_still_runs_when_its_deadline_passes(tmp_path):
+    """A queued write was cancelled at its deadline, while its 504 said that it completes."""
+    from suffice import AsyncMemory
+
+    class SlowEmbedder(HashEmbedder):
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            time.sleep(0.6)
+            return super().embed(texts)
+
+    with Memory(tmp_path / "s.db", embedder=SlowEmbedder()) as m:
+        one_thread = AsyncMemory(m, workers=1)
+        with serving(create_app(one_thread, settings=ServerSettings(deadline_s=0.2))) as url:
+            def write(name: str) -> int:
+                body = {"user_id": "ana", "items": [{"text": f"note {name}", "id": name}]}
+                return httpx.post(f"{url}/v1/items", json=body, timeout=20).status_code
+            threads = [threading.Thread(target=write, args=(n,)) for n in ("first", "queued")]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            deadline = time.monotonic() + 10
+            while len(m.items(user_id="ana")) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert sorted(it.id for it in m.items(user_id="ana")) == ["first", "queued"]
+
+
+def test_slow_asks_do_not_hold_up_other_callers_reads(tmp_path):
+    """Every route shared four threads: four slow asks made every other request wait."""
+    slow = ScriptedLLM("<answer>late</answer>", delay_s=2.0)
+    with Memory(tmp_path / "s.db", embedder=HashEmbedder(), llm=slow) as m:
+        m.add("Ana moved to Lisbon.", user_id="ana")
+        m.add("Bob lives in Porto.", user_id="bob")
+        with serving(create_app(m, settings=ServerSettings(deadline_s=1.5, ask_deadline_s=30))) as url:
+            asks = [threading.Thread(target=httpx.post, args=(f"{url}/v1/ask",), kwargs={
+                "json": {"user_id": "ana", "question": "Where?"}, "timeout": 30}) for _ in range(4)]
+            for t in asks:
+                t.start()
+            time.sleep(0.2)
+            r = httpx.get(f"{url}/v1/items", params={"user_id": "bob"}, timeout=30)
+            for t in asks:
+                t.join()
+    assert r.status_code == 200 and r.json()["items"][0]["text"] == "Bob lives in Porto."
+
+
+def test_an_id_with_a_slash_is_read_and_deleted_by_its_url(dev, mem):
+    c = httpx.Client(base_url=dev, timeout=30)
+    c.post("/v1/items", json={"user_id": "ana", "items": [{"text": "Turn three.", "id": "conv-1/turn-3"}]})
+    assert c.get("/v1/items/conv-1%2Fturn-3", params={"user_id": "ana"}).json()["item"]["text"] == "Turn three."
+    assert c.delete("/v1/items/conv-1/turn-3", params={"user_id": "ana"}).json()["forgotten"]["items"] == 1
+
+
+def test_meta_nested_past_what_json_readers_take_is_refused_before_anything_is_stored(dev, mem):
+    deep: dict[str, object] = {"leaf": 1}
+    for _ in range(300):
+        deep = {"a": deep}
+    c = httpx.Client(base_url=dev, timeout=30)
+    r = c.post("/v1/items", json={"user_id": "ana", "items": [{"text": "deep", "meta": deep}]})
+    assert r.status_code == 422 and "nested" in r.json()["error"]["message"]
+    assert c.get("/v1/items", params={"user_id": "ana"}).status_code == 200  # the scope still reads
+    r = c.get("/v1/items", params={"user_id": "ana", "meta": '{"a":' * 3000 + "1" + "}" * 3000})
+    assert r.status_code == 422

@@ -1180,12 +1180,16 @@ class AsyncMemory:
 
     Each call runs on a worker thread this object owns (SQLite and the models block), so the
     event loop stays free; ``aclose()`` (or ``async with``) stops the threads and the store.
+    ``ask`` has threads of its own (``ask_workers``): a model answer takes seconds to minutes,
+    and asks filling every thread would hold up adds, reads and forgets behind them (a
+    server's other callers among them).
     """
 
     def __init__(self, path: str | os.PathLike[str] | Memory | None = None, *, workers: int = 4,
-                 **kwargs: Any) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0:
-            raise ConfigError(f"workers must be a positive whole number, got {workers!r}")
+                 ask_workers: int = 2, **kwargs: Any) -> None:
+        for name, n in (("workers", workers), ("ask_workers", ask_workers)):
+            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+                raise ConfigError(f"{name} must be a positive whole number, got {n!r}")
         if isinstance(path, Memory):
             if kwargs:
                 raise ConfigError("AsyncMemory(memory) takes no other settings: the memory has them")
@@ -1193,6 +1197,7 @@ class AsyncMemory:
         else:
             self._memory = Memory(path, **kwargs)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="suffice-async")
+        self._ask_pool = ThreadPoolExecutor(max_workers=ask_workers, thread_name_prefix="suffice-ask")
         self._owns = True
         """False on a view made by :meth:`restrict`: the pool and memory are the parent's."""
 
@@ -1213,9 +1218,12 @@ class AsyncMemory:
         return self._memory.path
 
     async def _run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._run_on(self._pool, functools.partial(fn, *args, **kwargs))
+
+    async def _run_on(self, pool: ThreadPoolExecutor, call: Callable[[], R]) -> R:
         loop = asyncio.get_running_loop()
         try:
-            future = loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+            future = loop.run_in_executor(pool, call)
         except RuntimeError:  # the pool is shut down: say it as a closed Memory would
             raise StoreError(f"this AsyncMemory ({self.path}) is closed") from None
         return await future
@@ -1240,7 +1248,7 @@ class AsyncMemory:
         return await self._run(self._memory.fit, messages, budget_tokens, **kwargs)
 
     async def ask(self, question: str, **kwargs: Any) -> Answer:
-        return await self._run(self._memory.ask, question, **kwargs)
+        return await self._run_on(self._ask_pool, functools.partial(self._memory.ask, question, **kwargs))
 
     async def forget(self, scope: str | None = None, ids: Iterable[str] | None = None,
                      session: str | None = None, **kwargs: Any) -> ForgetReport:
@@ -1263,7 +1271,8 @@ class AsyncMemory:
         """Wait for running calls, then stop the worker threads and close the memory."""
         if not self._owns:
             return
-        await asyncio.to_thread(self._pool.shutdown, wait=True)  # the loop keeps running meanwhile
+        for pool in (self._ask_pool, self._pool):  # the loop keeps running meanwhile
+            await asyncio.to_thread(pool.shutdown, wait=True)
         self._memory.close()
 
     async def __aenter__(self) -> AsyncMemory:

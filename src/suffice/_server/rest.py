@@ -318,8 +318,11 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
     app.state.suffice = _State(amem, keys)
 
     async def within(call: Awaitable[T], seconds: float, *, write: bool = False) -> T:
+        # A write is shielded from the deadline: one still queued for a thread would otherwise
+        # be cancelled and never run, while the note below says that it completes.
+        job: Awaitable[T] = asyncio.shield(asyncio.ensure_future(call)) if write else call
         try:
-            return await asyncio.wait_for(call, timeout=seconds)
+            return await asyncio.wait_for(job, timeout=seconds)
         except TimeoutError:
             err = DeadlineError(f"the call took longer than the server's {seconds:g} s deadline")
             if write:  # the worker thread cannot be stopped: say what became of the write
@@ -360,7 +363,7 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
                                write=True)
         return {"items": to_json(stored)}
 
-    @app.get("/v1/items/{item_id}", tags=["read"])
+    @app.get("/v1/items/{item_id:path}", tags=["read"])
     async def get_item(item_id: str, mem: Caller, where: At) -> dict[str, Any]:
         """One item by id (404 when this scope does not hold it)."""
         item = await within(mem.get(item_id, **where.ident()), conf.deadline_s)
@@ -386,7 +389,7 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
                              conf.deadline_s)
         return {"items": to_json(items)}
 
-    @app.delete("/v1/items/{item_id}", tags=["write"])
+    @app.delete("/v1/items/{item_id:path}", tags=["write"])
     async def delete_item(item_id: str, mem: Caller, where: At) -> dict[str, Any]:
         """Forget one item and everything derived from it."""
         report = await within(mem.forget(ids=[item_id], **where.ident()), conf.deadline_s, write=True)
@@ -520,7 +523,7 @@ def _json_object(raw: str | None, name: str) -> Mapping[str, Any] | None:
         return None
     try:
         value = json.loads(raw)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         raise InvalidQueryError(f"{name} must be a JSON object, got {raw[:60]!r}") from None
     if not isinstance(value, dict):
         raise InvalidQueryError(f"{name} must be a JSON object")

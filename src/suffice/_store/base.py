@@ -200,6 +200,8 @@ def validate_item(item: NewItem, index: int) -> None:
             raise InvalidItemError(f"{where}: {name} is not valid unicode (lone surrogate)")
     if not isinstance(item.meta, Mapping):
         raise InvalidItemError(f"{where}: meta must be a mapping, got {type(item.meta).__name__}")
+    if too_deep(item.meta, META_MAX_DEPTH):
+        raise InvalidItemError(f"{where}: meta is nested more than {META_MAX_DEPTH} levels deep")
     try:
         # As the stores write it (sorted keys): keys of mixed kinds cannot be sorted.
         json.dumps(item.meta, allow_nan=False, ensure_ascii=False, sort_keys=True).encode("utf-8")
@@ -209,6 +211,30 @@ def validate_item(item: NewItem, index: int) -> None:
         raise InvalidItemError(f"{where}: meta is not JSON-serialisable ({exc})") from None
     if has_nul(item.meta):
         raise InvalidItemError(f"{where}: meta contains a NUL character")
+
+
+META_MAX_DEPTH = 32
+"""How deep ``meta`` may nest: far beyond any real use, and far below the depth where JSON
+writers and readers (Python's, FastAPI's) give out, so every item that is stored can be read
+back on every surface."""
+
+
+def too_deep(value: object, limit: int) -> bool:
+    """Whether mappings and lists nest in ``value`` more than ``limit`` levels deep; walked with
+    a stack, so a value nested thousands deep is answered, not a RecursionError."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, Mapping):
+            children: Any = v.values()
+        elif isinstance(v, (list, tuple)):
+            children = v
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
 
 
 def has_nul(value: object) -> bool:
