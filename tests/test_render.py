@@ -311,3 +311,20 @@ def test_dropping_a_part_to_fit_never_hides_what_a_kept_part_shows(tmp_path: Pat
         assert "[step 5] agent: ㅋㅋ drawer 5 opened" in ctx.text
         assert any(p.reason.startswith("step") for p in ctx.parts)
     mem.close()
+
+
+def test_items_a_forget_renumbered_mid_render_are_the_retryable_store_error(tmp_path, monkeypatch):
+    """A render racing a forget in its scope failed with a KeyError (a 500 on the server)."""
+    from suffice import Memory, StoreError
+
+    with Memory(tmp_path / "m.db", embedder=None) as mem:
+        mem.add([f"alpha beta note {i}" for i in range(40)], scope="s")
+        real = mem.store.items
+
+        def renumbered(scope, seqs=None, **kw):  # type: ignore[no-untyped-def]
+            got = real(scope, seqs, **kw)
+            return got[:-1]  # the last one asked for moved down: a forget took an earlier item
+
+        monkeypatch.setattr(mem.store, "items", renumbered)
+        with pytest.raises(StoreError, match="run the query again"):
+            mem.render("alpha beta", 400, scope="s")

@@ -40,7 +40,7 @@ import numpy as np
 from cachetools import LRUCache
 
 from ._config import RenderConfig, RenderMode, RetrievalConfig
-from ._errors import BudgetError, ConfigError
+from ._errors import BudgetError, ConfigError, StoreError
 from ._records import RECORD_PREFIX, RecordIndex, header_line
 from ._retrieve import Ranking, Retriever, ScopeIndex
 from ._steps import StepRef, cited_steps
@@ -915,6 +915,10 @@ def _fetch(call: _Call, lines: _Lines, seqs: Sequence[int]) -> None:
             cache.items[it.seq] = it
             if it.seq in spans_of:
                 lines.pieces[it.seq] = cache.pieces[it.seq] = spans_of[it.seq]
+    if len(items) < len(missing):
+        # The ranking named items by seq and a forget has since renumbered the scope: the
+        # retryable error the retriever gives for the same race, not a KeyError further on.
+        raise StoreError("a forget changed the store while this query read it; run the query again")
 
 
 # -- assembly ----------------------------------------------------------------------------------
