@@ -68,3 +68,22 @@ def _replay(shared: Store, alone: Store, ops: list) -> None:
         alone.put_record("a", 0, 0, 0, "a's first record", "rule") if alone.has_scope("a") else None
         assert reads(shared, "a") == reads(alone, "a")
     assert shared.check() == [] and alone.check() == []
+
+
+def test_a_forget_in_one_scope_does_not_fail_a_read_in_flight_in_another(tmp_path):
+    """Every forget anywhere failed other tenants' reads in flight ("a forget changed the store
+    while this query read it"), and told them that someone had deleted something."""
+    import pytest
+
+    from suffice import Memory, StoreError
+
+    with Memory(tmp_path / "m.db", embedder=None) as mem:
+        mem.add(["Ana moved to Lisbon.", "Ana adopted a cat."], user_id="ana")
+        mem.add(["Bob lives in Porto."], user_id="bob")
+        retriever = mem._retriever
+        idx = retriever.index("user:ana")  # Ana's read has numbered her items
+        mem.forget(user_id="bob", everything=True)
+        retriever.check_unchanged(idx)  # Bob's forget renumbers nothing of Ana's
+        mem.forget(user_id="ana", ids=[mem.items(user_id="ana")[0].id])
+        with pytest.raises(StoreError, match="run the query again"):
+            retriever.check_unchanged(idx)  # her own scope's did

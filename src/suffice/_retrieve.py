@@ -123,6 +123,9 @@ class ScopeIndex:
     views: ScopeViews
     generation: int = 0
     """The store's generation this state was built at (see :meth:`Store.generation`)."""
+    scope: str = ""
+    forgets: int = 0
+    """The scope's forget count when this state was built (see :meth:`Store.forgets`)."""
     lock: threading.RLock = field(default_factory=threading.RLock)
     seqs: np.ndarray = field(default_factory=lambda: _EMPTY_SEQS)
     matrix: np.ndarray = field(default_factory=lambda: _EMPTY_MATRIX)
@@ -335,7 +338,7 @@ class Retriever:
         """The scope's views and vectors, extended with any items appended since last time."""
         for _ in range(5):
             idx = self._sync(scope)
-            if self.store.generation() == idx.generation:  # no forget ran while we read
+            if self.unchanged(idx):  # no forget in this scope ran while we read
                 return idx
         raise StoreError("the store keeps changing under this query (forgets in progress); try again")
 
@@ -347,7 +350,8 @@ class Retriever:
             self._generation = generation
             idx = self._scopes.get(scope)
             if idx is None or idx.generation != generation:
-                idx = self._scopes[scope] = ScopeIndex(ScopeViews(self.config), generation)
+                idx = self._scopes[scope] = ScopeIndex(ScopeViews(self.config), generation, scope,
+                                                       self.store.forgets(scope))
         with idx.lock:
             new = self.store.layout(scope, after_seq=idx.views.size - 1)
             if new:
@@ -784,9 +788,15 @@ class Retriever:
         return Evidence(ranking.query, ranking.scope, hits, timings, ranking.notice)
 
 
+    def unchanged(self, idx: ScopeIndex) -> bool:
+        """Whether items read by seq since ``idx`` was built are still numbered as they were:
+        no forget anywhere, or none in its scope (another scope's forget renumbers nothing
+        here, and must not fail another tenant's reads)."""
+        return self.store.generation() == idx.generation or self.store.forgets(idx.scope) == idx.forgets
+
     def check_unchanged(self, idx: ScopeIndex) -> None:
         """Refuse results read by seq after a forget renumbered the scope (a rare race)."""
-        if self.store.generation() != idx.generation:
+        if not self.unchanged(idx):
             raise StoreError("a forget changed the store while this query read it; run the query again")
 
 

@@ -8,6 +8,7 @@ nothing of tokenizers or models: callers hand it rows already counted, cut and e
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import unicodedata
@@ -64,6 +65,10 @@ class Store(Protocol):
         """Save the store config; with ``replace=False`` only when none is saved yet."""
     def generation(self) -> int:
         """A counter raised by every forget and rebuild: caches built at another value are stale."""
+    def forgets(self, scope: str) -> int:
+        """How many forgets have taken items from ``scope``: a read that numbered its items by
+        seq is still right while this has not moved, whatever forgets in other scopes did to
+        :meth:`generation` meanwhile."""
     def note_transfer(self, scope: str, note: Mapping[str, Any] | None) -> None:
         """Mark ``scope`` as being written by an import or migration (``note``: where from, how
         many items), or clear the mark (None). A mark left behind is a transfer that was killed."""
@@ -135,6 +140,12 @@ class Store(Protocol):
     def check(self) -> list[str]:
         """Problems found in the store (integrity, indexes, derived tables); empty when sound."""
 
+
+def forgets_key(scope: str) -> str:
+    """The meta key that counts ``scope``'s forgets: named by the scope's digest, as the audit
+    names it, so a forgotten scope leaves no name behind (the count must outlive the scope: a
+    read in flight when a whole scope went compares against it)."""
+    return "forgets:" + hashlib.sha256(scope.encode("utf-8")).hexdigest()
 
 TRANSFER_MARK = "transfer:"
 """Prefix of the meta keys that mark a scope a transfer is writing (the scope name follows)."""

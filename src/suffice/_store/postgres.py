@@ -72,6 +72,7 @@ from .base import (
     ItemRow,
     Layout,
     content_key,
+    forgets_key,
     has_nul,
     validate_filter,
     validate_item,
@@ -533,6 +534,9 @@ class PostgresStore:
     def generation(self) -> int:
         return int(self._meta("generation") or 0)
 
+    def forgets(self, scope: str) -> int:
+        return int(self._meta(forgets_key(scope)) or 0)
+
     def note_transfer(self, scope: str, note: Mapping[str, Any] | None) -> None:
         key = TRANSFER_MARK + validate_scope(scope)
         if note is None:
@@ -892,6 +896,8 @@ class PostgresStore:
                       (time.time(), action, _sha(scope), json.dumps(sorted(_sha(str(r[2])) for r in rows)),
                        json.dumps({"items": len(rids), "pieces": n_pieces, "vectors": n_vecs,
                                    "records": n_records, "links": n_links})))
+            c.execute("INSERT INTO meta VALUES (%s, '1') ON CONFLICT (key) DO UPDATE"
+                      " SET value = (meta.value::bigint + 1)::text", (forgets_key(scope),))
             self._bump_generation(c)
             done = ForgetReport(scope, len(rids), n_pieces, n_vecs, n_records, n_links, checkpointed=False)
             return done, gone_sid

@@ -32,7 +32,16 @@ import numpy as np
 from .._errors import ConflictError, InvalidItemError, StoreError
 from .._types import AuditEntry, Filter, ForgetReport, Item, NewItem, StoreStats, canonical_json
 from . import lexical
-from .base import TRANSFER_MARK, ItemRow, Layout, content_key, validate_filter, validate_item, validate_scope
+from .base import (
+    TRANSFER_MARK,
+    ItemRow,
+    Layout,
+    content_key,
+    forgets_key,
+    validate_filter,
+    validate_item,
+    validate_scope,
+)
 
 SCHEMA_VERSION = 4
 """2: client ids unique per scope (1: across the store). 3: parsed time and agent columns,
@@ -417,6 +426,9 @@ class SQLiteStore:
     def generation(self) -> int:
         return int(self._meta("generation") or 0)
 
+    def forgets(self, scope: str) -> int:
+        return int(self._meta(forgets_key(scope)) or 0)
+
     def note_transfer(self, scope: str, note: Mapping[str, Any] | None) -> None:
         key = TRANSFER_MARK + validate_scope(scope)
         with self._write() as c:
@@ -654,6 +666,8 @@ class SQLiteStore:
                        json.dumps(sorted(_sha(str(r[1])) for r in rows)),
                        json.dumps({"items": len(seqs), "pieces": n_pieces, "vectors": n_vecs,
                                    "records": n_records, "links": n_links})))
+            c.execute("INSERT INTO meta VALUES (?, '1') ON CONFLICT (key) DO UPDATE"
+                      " SET value = CAST(value AS INTEGER) + 1", (forgets_key(scope),))
             self._bump_generation(c)
         scrubbed = self._vacuum() if self.vacuum_on_forget else False
         return ForgetReport(scope, len(seqs), n_pieces, n_vecs, n_records, n_links,
