@@ -348,3 +348,19 @@ def test_waiting_for_a_connection_slot_counts_against_the_deadline():
     threading.Timer(2.0, llm._sem.release).start()  # ...for two seconds
     with pytest.raises(DeadlineError, match="free connection slot"):
         llm.chat([{"role": "user", "content": "hi"}], deadline=time.monotonic() + 0.3)
+
+
+def test_a_gzipped_reply_is_read() -> None:
+    """Servers behind nginx or a CDN compress their replies; every such call failed."""
+    import gzip
+    import json as _json
+
+    body = gzip.compress(_json.dumps(chat_body("Lisbon")).encode())
+    with FakeOpenAI([Reply(200, body, headers={"Content-Encoding": "gzip"})]) as srv:
+        assert fast(srv.base_url).chat(Q).text == "Lisbon"
+
+
+def test_a_reply_nested_deeper_than_the_json_reader_goes_is_a_provider_error() -> None:
+    with FakeOpenAI([Reply(200, b"[" * 200_000 + b"]" * 200_000)]) as srv:
+        with pytest.raises(ProviderError, match="not JSON"):
+            fast(srv.base_url).chat(Q)

@@ -43,7 +43,7 @@ def _error_detail(resp: httpx.Response) -> str:
     """The server's own error message if it sent one, else the start of the body."""
     try:
         body = resp.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return resp.text[:300].strip() or resp.reason_phrase
     if isinstance(body, dict):
         err = body.get("error", body.get("detail", body))
@@ -290,13 +290,17 @@ class OpenAIHTTP:
             resp.close()
         if cut.is_set():
             raise _Cut()
-        return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(body), request=req)
+        # iter_bytes() has already undone any gzip or chunking: the rebuilt reply must not say
+        # it is still encoded, or reading it would decode it a second time (and fail).
+        headers = [(k, v) for k, v in resp.headers.items()
+                   if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+        return httpx.Response(resp.status_code, headers=headers, content=bytes(body), request=req)
 
     def _decode(self, resp: httpx.Response) -> dict[str, Any]:
         url = self.chat_url
         try:
             data = resp.json()
-        except ValueError as exc:  # json.JSONDecodeError and undecodable bytes
+        except (ValueError, RecursionError) as exc:  # not JSON, undecodable, or nested too deep
             raise ProviderError(
                 f"{url} returned HTTP {resp.status_code} with a body that is not JSON: "
                 f"{resp.text[:200]!r}",
