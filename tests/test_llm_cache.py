@@ -73,3 +73,56 @@ def test_a_cache_that_cannot_keep_a_call_still_returns_the_answer(tmp_path, capl
     assert out.text == "<answer>Figo</answer>" and len(base.calls) == 1
     assert "could not keep a call" in caplog.text or "unreadable" in caplog.text
     blocker.rollback()
+
+
+def test_a_failed_call_is_on_the_callers_ledger_with_what_it_billed(tmp_path):
+    """It vanished when the cache was in between: a degraded answer's receipt showed no call."""
+    from suffice._llm.base import CallRecord
+
+    class BillsThenFails(ScriptedLLM):
+        def chat(self, messages, *, ledger=None, stage="answer", **kw):  # type: ignore[no-untyped-def]
+            if ledger is not None:
+                ledger.add(CallRecord("m", stage, 900, 0, 5.0, 0.00225, ok=False, error="no content"))
+            raise ProviderError("a 200 reply with no content", endpoint="x", status=200)
+
+    ledger = Ledger()
+    with pytest.raises(ProviderError):
+        CachedLLM(BillsThenFails("x"), tmp_path / "c.db").chat(Q, ledger=ledger)
+    assert [(r.ok, r.input_tokens, r.cost_usd) for r in ledger.records] == [(False, 900, 0.00225)]
+
+
+def test_a_replay_is_costed_at_the_prices_set_now(tmp_path):
+    from suffice._llm import Price
+
+    CachedLLM(ScriptedLLM("<answer>Figo</answer>"), tmp_path / "c.db").chat(Q)  # no price then
+    priced = ScriptedLLM("<answer>Figo</answer>", price=Price(100.0, 100.0))
+    ledger = Ledger()
+    CachedLLM(priced, tmp_path / "c.db").chat(Q, ledger=ledger)
+    rec = ledger.records[0]
+    assert rec.cached and rec.cost_usd == pytest.approx((rec.input_tokens + rec.output_tokens) * 100 / 1e6)
+
+
+@pytest.mark.parametrize("value", ["not json", "[1, 2]", '{"record": {}}',
+                                   '{"text": "x", "finish_reason": "", "record": {"model": "m", "tier": 1}}'])
+def test_an_entry_that_cannot_be_replayed_is_a_miss_and_is_replaced(tmp_path, value):
+    """A damaged entry, or one another version wrote, crashed the call (or ask) every time."""
+    import sqlite3
+
+    base = ScriptedLLM(lambda messages: "<answer>Figo</answer>")
+    cache = CachedLLM(base, tmp_path / "c.db")
+    cache.chat(Q)
+    con = sqlite3.connect(tmp_path / "c.db")
+    con.execute("UPDATE calls SET value = ?", (value,))
+    con.commit()
+    con.close()
+    assert cache.chat(Q).text == "<answer>Figo</answer>" and len(base.calls) == 2
+    assert cache.chat(Q).text == "<answer>Figo</answer>" and len(base.calls) == 2  # replaced: replayed now
+
+
+def test_a_cache_file_that_is_no_database_is_a_config_error(tmp_path):
+    from suffice import ConfigError
+
+    bad = tmp_path / "c.db"
+    bad.write_text("not a database, but somebody's notes " * 100)
+    with pytest.raises(ConfigError, match="model call cache"):
+        CachedLLM(ScriptedLLM("x"), bad)

@@ -364,3 +364,16 @@ def test_a_reply_nested_deeper_than_the_json_reader_goes_is_a_provider_error() -
     with FakeOpenAI([Reply(200, b"[" * 200_000 + b"]" * 200_000)]) as srv:
         with pytest.raises(ProviderError, match="not JSON"):
             fast(srv.base_url).chat(Q)
+
+
+def test_credentials_never_reach_a_message_a_receipt_or_the_cache_identity() -> None:
+    with pytest.raises(ConfigError, match="control characters") as caught:
+        OpenAIHTTP(base_url="http://127.0.0.1:9/v1", model="m", api_key="sk-SECRET123\n")
+    assert "SECRET" not in str(caught.value)
+    with FakeOpenAI([Reply(500, {"error": {"message": "down"}})]) as srv:
+        port = srv.base_url.split(":")[2].split("/")[0]
+        llm = OpenAIHTTP(base_url=f"http://bob:hunter2@127.0.0.1:{port}/v1", model="m", retries=0, timeout=5)
+        with pytest.raises(ProviderError) as err:
+            llm.chat(Q)
+        assert "hunter2" not in str(err.value) and "hunter2" not in llm.identity
+        assert srv.headers[-1]["Authorization"].startswith("Basic ")  # still sent, as auth

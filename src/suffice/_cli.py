@@ -645,8 +645,8 @@ def make_reader(provider: str, model: str | None, base_url: str | None) -> Any:
         return make_llm("http", base_url=base_url, model=model)
     if provider == "scripted":  # deterministic and instant: for tests and dry runs of a setup
         from ._llm.scripted import ScriptedLLM, digest_answer
-        if model is not None:  # always the same reply
-            return ScriptedLLM(model)
+        if model is not None:  # always the same reply; named by it, so a cache keeps replies apart
+            return ScriptedLLM(model, model=f"scripted-{hashlib.sha256(model.encode()).hexdigest()[:10]}")
         return ScriptedLLM(digest_answer, model="scripted-digest")
     fail(f"unknown provider {provider!r}; use local, http or scripted")
 
@@ -947,7 +947,7 @@ def bench_progressive(
         "A trained router folder to compare too (repeatable); recorded answers are reused, so "
         "adding one costs no model call."))] = None,
     cache: Annotated[Path | None, typer.Option(help=(
-        "Cache model calls here (replayed calls keep their recorded cost and time)."))] = None,
+        "Cache model calls here (replayed calls keep their tokens and time)."))] = None,
     stop_path: Annotated[bool, typer.Option("--stop-path", help=(
         "Also record the deep model over the fast budget: what auto answers an early stop with "
         "under EngineConfig(stop_reader='deep'); the summary then composes auto both ways "
@@ -1165,7 +1165,7 @@ def bench_agent_qa(
     store: Annotated[Path, typer.Option(help="Store the sampled episodes are ingested into.")
                      ] = Path("runs/agent_qa_ama.db"),
     deep_model: DeepModelOpt = None,
-    cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost and time).")
+    cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their tokens and time).")
                      ] = Path("runs/llm_cache_agent_qa.db"),
     json_out: Annotated[Path | None, typer.Option(
         "--json", dir_okay=False, help="Write figures to this file.")] = None,
@@ -1203,7 +1203,7 @@ def bench_beam(
     store: Annotated[Path, typer.Option(help="Store the sampled conversations are ingested into.")
                      ] = Path("runs/agent_qa_beam.db"),
     deep_model: DeepModelOpt = None,
-    cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost and time).")
+    cache: Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their tokens and time).")
                      ] = Path("runs/llm_cache_agent_qa.db"),
     json_out: Annotated[Path | None, typer.Option(
         "--json", dir_okay=False, help="Write figures to this file.")] = None,
@@ -1872,7 +1872,7 @@ def train_router_cmd(
                                           card["train_config"], card))
 
 
-LLMCacheOpt = Annotated[Path | None, typer.Option(help="Model-call cache (replays keep their cost).")]
+LLMCacheOpt = Annotated[Path | None, typer.Option(help="Model-call cache (replays keep tokens and time).")]
 ModuleCacheOpt = Annotated[Path | None, typer.Option(help="Tier-pipeline module-output cache.")]
 
 

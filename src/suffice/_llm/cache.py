@@ -5,11 +5,13 @@ a rerun after a crash, a new router over recorded paths, a deep-path variant who
 unchanged. :class:`CachedLLM` wraps any backend and answers a call it has seen from one SQLite
 file, so such a call costs nothing.
 
-A replayed call is still put on the ledger, with the tokens, cost and latency the real call
-had, and ``cached=True``: a receipt then says what the answer would have cost, and a benchmark
-can add the replayed latency back (:func:`replayed_ms`) so its times stay those of real calls.
-Only successful calls are stored; a failure is never replayed. Writes are one transaction
-each, so a crash loses at most the call in flight.
+A replayed call is still put on the ledger, with the tokens and latency the real call had, its
+cost at the backend's current prices, and ``cached=True``: a receipt then says what the answer
+would have cost, and a benchmark can add the replayed latency back (:func:`replayed_ms`) so its
+times stay those of real calls. Only successful calls are stored; a failure is never replayed,
+and a stored entry that cannot be read back (damaged, or written by another version) is a
+miss that the new answer replaces. Writes are one transaction each, so a crash loses at most
+the call in flight.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .base import LLM, CallRecord, Completion, Ledger, Message
+from .._errors import ConfigError
+from .base import LLM, CallRecord, Completion, Ledger, Message, Price
 
 log = logging.getLogger("suffice.cache")
 
@@ -64,14 +67,23 @@ class CachedLLM:
         self.model = llm.model
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(_SCHEMA)
-        self._db.execute(_MODELS)
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
-        self._keyed_as = self._name_in_keys(str(getattr(llm, "identity", "") or llm.model))
+        try:
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
+                                       timeout=30.0)
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(_SCHEMA)
+                self._db.execute(_MODELS)
+                self._keyed_as = self._name_in_keys(str(getattr(llm, "identity", "") or llm.model))
+            except BaseException:
+                self._db.close()
+                raise
+        except sqlite3.Error as exc:  # not a database, another program's, locked for 30 s
+            raise ConfigError(f"model call cache {self.path}: {exc}; name another file "
+                              "(or none, to call the model every time)") from None
 
     def _name_in_keys(self, identity: str) -> str:
         """The model's name in this file's keys. The first backend to use a name owns it (a
@@ -100,7 +112,14 @@ class CachedLLM:
             self.misses += 1
             return None
         self.hits += 1
-        value: dict[str, Any] = json.loads(row[0])
+        try:
+            value = json.loads(row[0])
+        except (ValueError, TypeError, RecursionError) as exc:
+            self._unreadable(key, exc)
+            return None
+        if not isinstance(value, dict):
+            self._unreadable(key, TypeError(f"an entry of type {type(value).__name__}"))
+            return None
         return value
 
     def _put(self, key: str, kind: str, value: Mapping[str, Any]) -> None:
@@ -114,12 +133,25 @@ class CachedLLM:
             log.warning("model call cache %s could not keep a call (%s); the answer is used "
                         "but will not be replayed", self.path, exc)
 
-    @staticmethod
-    def _replay(ledger: Ledger | None, record: dict[str, Any], stage: str) -> CallRecord:
-        rec = replace(CallRecord(**record), stage=stage, cached=True)
+    def _replay(self, ledger: Ledger | None, record: Mapping[str, Any], stage: str) -> CallRecord:
+        """The stored call's record as replayed: its tokens and time, the cost at the backend's
+        current prices (prices set since the call was made count), flagged ``cached``. Raises
+        (KeyError, TypeError, ValueError) on a record that is not one; the caller counts a miss."""
+        rec = CallRecord(**{f: record[f] for f in _RECORD_FIELDS if f in record})
+        price = getattr(self.llm, "price", None)
+        cost = price.cost(rec.input_tokens, rec.output_tokens) if isinstance(price, Price) else rec.cost_usd
+        rec = replace(rec, stage=stage, cached=True, cost_usd=float(cost))
         if ledger is not None:
             ledger.add(rec)
         return rec
+
+    def _unreadable(self, key: str, exc: Exception) -> None:
+        """A stored entry that cannot be replayed: counted as a miss, and replaced by the call
+        about to be made."""
+        self.hits -= 1
+        self.misses += 1
+        log.warning("model call cache %s: entry %s cannot be replayed (%s: %s); calling the model",
+                    self.path, key[:12], type(exc).__name__, exc)
 
     def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
              stop: Sequence[str] | None = None, stage: str = "answer", ledger: Ledger | None = None,
@@ -129,11 +161,17 @@ class CachedLLM:
                                                 "stop": list(stop or [])})
         hit = self._get(key) if temperature == 0.0 else None  # sampled replies are not replayed
         if hit is not None:
-            return Completion(hit["text"], self._replay(ledger, hit["record"], stage), hit["finish_reason"])
+            try:
+                text, finish = str(hit["text"]), str(hit.get("finish_reason", ""))
+                return Completion(text, self._replay(ledger, hit["record"], stage), finish)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                self._unreadable(key, exc)
         own = Ledger()
-        out = self.llm.chat(messages, max_tokens=max_tokens, temperature=temperature, stop=stop, stage=stage,
-                            ledger=own, deadline=deadline)
-        _forward(own, ledger)
+        try:  # a failed call's record (what it billed) reaches the caller's ledger too
+            out = self.llm.chat(messages, max_tokens=max_tokens, temperature=temperature, stop=stop,
+                                stage=stage, ledger=own, deadline=deadline)
+        finally:
+            _forward(own, ledger)
         if temperature == 0.0 and out.record.ok:
             self._put(key, "chat", {"text": out.text, "finish_reason": out.finish_reason,
                                     "record": _record_dict(out.record)})
@@ -146,11 +184,17 @@ class CachedLLM:
                                                     "choices": {k: list(v) for k, v in choices.items()}})
         hit = self._get(key)
         if hit is not None:
-            self._replay(ledger, hit["record"], stage)
-            return {k: float(v) for k, v in hit["probs"].items()}
+            try:
+                probs = {str(k): float(v) for k, v in hit["probs"].items()}
+                self._replay(ledger, hit["record"], stage)
+                return probs
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                self._unreadable(key, exc)
         own = Ledger()
-        probs = self.llm.choice_probs(messages, choices, stage=stage, ledger=own, deadline=deadline)
-        _forward(own, ledger)
+        try:
+            probs = self.llm.choice_probs(messages, choices, stage=stage, ledger=own, deadline=deadline)
+        finally:
+            _forward(own, ledger)
         if own.records and own.records[-1].ok:
             self._put(key, "choice_probs", {"probs": probs, "record": _record_dict(own.records[-1])})
         return probs
@@ -159,6 +203,9 @@ class CachedLLM:
 def _forward(own: Ledger, ledger: Ledger | None) -> None:
     if ledger is not None:
         ledger.extend(own)
+
+
+_RECORD_FIELDS = tuple(f for f in CallRecord.__dataclass_fields__ if f != "cached")
 
 
 def _record_dict(rec: CallRecord) -> dict[str, Any]:

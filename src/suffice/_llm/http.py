@@ -122,6 +122,23 @@ class OpenAIHTTP:
             raise ConfigError(f"max_concurrency must be at least 1, got {max_concurrency}")
         if retries < 0 or backoff < 0 or timeout <= 0:
             raise ConfigError("retries and backoff must be >= 0 and timeout > 0")
+        if api_key and (api_key != api_key.strip() or any(ord(c) < 32 or ord(c) == 127 for c in api_key)):
+            # It would go into a header httpx refuses, and the refusal quotes the header.
+            raise ConfigError("the API key holds spaces or control characters (a newline read from a "
+                              "file?); give the key alone")
+        auth: tuple[str, str] | None = None
+        try:
+            parsed: httpx.URL | None = httpx.URL(base_url)
+        except (httpx.InvalidURL, TypeError):
+            parsed = None  # said at the first call, as a URL httpx cannot use
+        if parsed is not None and parsed.userinfo:
+            # Credentials in the URL go into the request's auth, never into a message, a receipt
+            # or the cache's record of which server answered.
+            if api_key:
+                raise ConfigError("base_url carries a user and password and an API key is given too: "
+                                  "give the credentials once")
+            auth = (parsed.username, parsed.password)
+            base_url = str(parsed.copy_with(username=None, password=None))
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.identity = f"{self.base_url} {model}"
@@ -138,6 +155,7 @@ class OpenAIHTTP:
                                 max_keepalive_connections=max_concurrency),
             headers=headers,
             transport=transport,
+            auth=auth,
         )
 
     @property
@@ -203,6 +221,10 @@ class OpenAIHTTP:
                     "server may be overloaded or the timeout too short",
                     endpoint=url,
                 )
+            except httpx.LocalProtocolError as exc:  # refused before sending: no retry helps
+                raise ProviderError(f"request to {url} could not be sent: the client refused a header or "
+                                    "the body (LocalProtocolError); check the API key and base_url",
+                                    endpoint=url) from exc
             except httpx.TransportError as exc:
                 err = ProviderError(
                     f"cannot reach {url}: {type(exc).__name__}: {exc or 'connection failed'}; "
