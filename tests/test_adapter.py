@@ -203,6 +203,9 @@ def test_malformed_messages_are_invalid_items_even_when_nothing_would_be_stored(
 
 def test_tool_call_ids_and_names_count_toward_the_budget():
     bare = {"role": "tool", "content": "ok"}
+    # any other field is sent on with the message, so it counts (it was free)
+    thought = {"role": "assistant", "content": "Done.", "reasoning_content": "Let me think... " * 300}
+    assert message_tokens(thought) > 900
     assert message_tokens({**bare, "tool_call_id": "call_" + "x" * 40}) > message_tokens(bare) + 5
     assert message_tokens({**bare, "name": "a_long_function_name"}) > message_tokens(bare)
 

@@ -422,6 +422,19 @@ def test_aggregate_parsing_is_lenient():
     assert split_aggregate("CONFLICTS: none\n- Lisbon") == ("- Lisbon", "")
 
 
+@pytest.mark.parametrize("budget", [0, 1, 10, 20])
+def test_the_tiered_agent_and_the_block_agents_keep_tiny_budgets(memory, budget):
+    """A budget of 0 gave the tiered summary its 2,000-token default; the notes' heading was
+    not charged when no evidence fitted."""
+    cap = int(0.95 * budget * EngineConfig().deep_scale)
+    tiered = memory.ask(llm=reader(), question="Dana cat name?", scope="dana", mode="deep",
+                        agent="tiered", budget=budget)
+    assert tiered.receipt.context_tokens <= budget * EngineConfig().deep_scale
+    agents = memory.ask(llm=reader(), question="Dana cat name?", scope="dana", mode="deep", budget=budget,
+                        engine=EngineConfig(deep_agents=True, notes_share=1.0))
+    assert agents.receipt.context_tokens <= cap
+
+
 @pytest.mark.parametrize("budget", [0, 60, 120])
 def test_tiny_budgets_never_crash_either_path(memory, budget):
     for mode in ("fast", "deep"):

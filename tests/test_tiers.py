@@ -572,6 +572,20 @@ def test_a_chunk_too_long_for_the_summary_leaves_room_for_the_shorter_ones() -> 
     assert "log line" in alone  # nothing fits whole: the first chunk, cut
 
 
+@pytest.mark.parametrize("budget", [0, 1, 7, 30, 92, 156])
+def test_the_summary_fits_its_budget_separators_and_title_counted(budget) -> None:
+    """Each chunk was charged one token for a two-token separator, and the title not at all."""
+    from suffice._pipeline.modules import digest
+    from suffice._tokens import count_tokens
+
+    chunks = [Chunk((item(i, f"Ana moved to Lisbon in May with cat {i}" + " ok" * (i % 5)),))
+              for i in range(40)]
+    facts = {"temporal": [f"moved in May {i}" for i in range(5)]}
+    for structured in (False, True):
+        text = digest("When did Ana move to Lisbon?", chunks, facts, budget, structured=structured)
+        assert count_tokens(text) <= budget
+
+
 def test_cached_outputs_are_never_shared_across_scopes_or_settings(embedder) -> None:  # type: ignore[no-untyped-def]
     """Client ids are unique only within a scope, so two users' items can share seq and id;
     a cached module output must still be each one's own, and a setting that changes the

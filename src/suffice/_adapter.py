@@ -81,13 +81,19 @@ def _text_of(msg: Mapping[str, Any]) -> tuple[str, int]:
     return "\n".join(texts), others
 
 
+_COUNTED_APART = ("role", "content", "tool_calls", "function_call", "refusal", "name", "tool_call_id")
+
+
 def message_tokens(msg: Mapping[str, Any]) -> int:
     """Estimated tokens of one chat message: its text, its other parts, its tool calls,
-    refusal, name and tool call id, and the per-message overhead."""
+    refusal, name and tool call id, every other field it carries (a ``reasoning_content``
+    is sent on with the message, so it counts), and the per-message overhead."""
     text, others = _text_of(msg)
     extra = [json.dumps(msg[k], ensure_ascii=False, sort_keys=True, default=str)
              for k in ("tool_calls", "function_call") if msg.get(k)]
     extra += [msg[k] for k in ("refusal", "name", "tool_call_id") if isinstance(msg.get(k), str)]
+    extra += [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)
+              for k, v in msg.items() if k not in _COUNTED_APART and v is not None and v != ""]
     return (count_tokens(text) + sum(count_tokens(x) for x in extra) + others * PART_TOKENS
             + MESSAGE_OVERHEAD)
 

@@ -46,7 +46,7 @@ from ._route.sufficiency import (
 )
 from ._store.base import Store
 from ._timeref import asks_time
-from ._tokens import count_tokens, fill_in_order
+from ._tokens import count_tokens, fill_in_order, truncate
 from ._types import ContextPart, Evidence, Filter, Hit, Item
 from ._updates import HINT, find_revision
 
@@ -489,7 +489,11 @@ class Engine:
                 return None, _block_receipts(chosen, agent_notes, {}), tuple(levers), ()
             notes.append("no block agent returned relevant notes; the wider evidence answered")
         cap = int(render.prompt_cap * deep_budget)
-        body, kept = notes_text(agent_notes, int(cap * s.notes_share)) if relevant else ("", {})
+        # The notes' heading (deep_context's) comes out of their share, so notes that fill it
+        # still leave the whole context within the cap.
+        head_cost = count_tokens(deep_context("x", "")) - 1
+        body, kept = (notes_text(agent_notes, max(int(cap * s.notes_share) - head_cost, 0))
+                      if relevant else ("", {}))
         used = {b: count_tokens("\n".join(lines)) for b, lines in kept.items()}
         receipts = _block_receipts(chosen, agent_notes, used)
         if relevant and not body and not wider:
@@ -535,6 +539,8 @@ class Engine:
                     stages["dates"] = stages.get("dates", 0.0) + dates_ms
             parts += evidence_parts
             body = deep_context(body, evidence_text) if body else evidence_text
+            if count_tokens(body) > cap:  # the headings' allowance is an estimate: the cap is not
+                body = truncate(body, cap)
             stages["evidence"] = _ms(t) - dates_ms  # the date step is its own stage
             if wider:
                 levers.append(LeverReceipt(

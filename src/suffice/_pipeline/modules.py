@@ -398,5 +398,16 @@ def digest(question: str, chunks: Sequence[Chunk], facts: dict[str, list[str]], 
     if not kept and blocks and room > 50:  # every chunk too long: the first, cut to fit
         kept.append(truncate(blocks[0], room - 1))
     title = "Turns (oldest first):\n" if structured else ""
-    body = title + "\n---\n".join(kept)
-    return (head + body + ("\n\n" + facts_text if facts_text else "")).strip()
+
+    def assemble() -> str:
+        body = title + "\n---\n".join(kept) if kept else ""
+        return (head + body + ("\n\n" + facts_text if facts_text else "")).strip()
+    # The allowances above are estimates (separators, the title): the text as assembled is
+    # what must fit, so chunks go from the end until it does, then the text is cut.
+    out = assemble()
+    while kept and count_tokens(out) > budget:
+        kept.pop()
+        out = assemble()
+    if count_tokens(out) > budget:
+        out = truncate(out, budget) if budget > 0 else ""
+    return out

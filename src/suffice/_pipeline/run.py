@@ -272,7 +272,7 @@ class TieredPipeline:
             if ledger is not None:
                 ledger.add(CallRecord(self.embedder.name, "tier_state", 0, 0, ms, ms * self._rate))
         text, rec = self._summary(question, chosen, facts, pick("summary", x_sum), qvec,
-                                  budget or self.settings.budget, ledger, deadline)
+                                  self.settings.budget if budget is None else budget, ledger, deadline)
         receipts.append(rec)
         return PipelineResult(text, tuple(receipts), tuple(chunks), tuple(kept),
                               {m: tuple(v) for m, v in facts.items()}, tuple(states))
