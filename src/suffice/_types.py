@@ -317,8 +317,10 @@ class ContextPart:
     seqs: tuple[int, ...]
     tokens: int
     """Tokens of the part's own lines as the renderer charged them, each line with its newline
-    counted apart; the whole context is counted exactly (``Context.tokens``), which can be
-    a few tokens less than the parts' sum where a newline shares a token with its neighbour."""
+    counted apart and a cut line by an estimate of its pieces; the whole context is counted
+    exactly (``Context.tokens``, the figure the budget holds), and the parts' sum can differ
+    from it by a few tokens either way (a newline sharing a token with its neighbour, a piece's
+    estimate)."""
     reason: str
     """e.g. 'seed 0.82', 'link from unit 4 (0.41)', 'recency', 'timeline'."""
     score: float = 0.0
