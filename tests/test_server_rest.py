@@ -327,3 +327,14 @@ def test_meta_nested_past_what_json_readers_take_is_refused_before_anything_is_s
     assert c.get("/v1/items", params={"user_id": "ana"}).status_code == 200  # the scope still reads
     r = c.get("/v1/items", params={"user_id": "ana", "meta": '{"a":' * 3000 + "1" + "}" * 3000})
     assert r.status_code == 422
+
+
+def test_an_error_naming_where_the_server_keeps_its_models_hides_the_path(tmp_path, monkeypatch):
+    missing = tmp_path / "secret-models" / "tiers"
+    monkeypatch.setenv("SUFFICE_TIERS", str(missing))
+    with Memory(tmp_path / "s.db", embedder=HashEmbedder(), llm=ScriptedLLM("<answer>x</answer>")) as m:
+        m.add("Ana moved to Lisbon.", user_id="ana")
+        with serving(create_app(m)) as url:
+            r = httpx.post(f"{url}/v1/ask", json={"user_id": "ana", "question": "Where?", "tiered": True, "mode": "deep"},
+                           timeout=30)
+    assert r.status_code == 500 and "secret-models" not in r.text, r.text

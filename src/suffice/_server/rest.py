@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -289,10 +290,15 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
         "Long-term memory for LLM agents: write once, verbatim; render per call under a token "
         "budget; every answer with a receipt. Errors: {\"error\": {\"code\", \"type\", \"message\"}}."))
 
+    # Where the server keeps its store and models is not the callers' business: an error that
+    # names one (a tier policy folder that went missing) shows a placeholder instead.
+    private = tuple(p for p in (amem.path, *(os.environ.get(v, "").strip() for v in (
+        "SUFFICE_ROUTER", "SUFFICE_TIERS", "SUFFICE_CACHE_DIR"))) if p)
+
     @app.exception_handler(SufficeError)
     async def _suffice_error(_: Request, exc: SufficeError) -> JSONResponse:
         status, _code = error_status(exc)
-        return JSONResponse(error_json(exc, hide=(amem.path,)), status_code=status)
+        return JSONResponse(error_json(exc, hide=private), status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
