@@ -211,6 +211,8 @@ def test_a_config_passed_to_a_call_applies_whole_and_only_to_that_call(memory: M
     (lambda m: m.add("x", scope="dana", batch_size=0), InvalidItemError),
     # keys of mixed kinds cannot be written sorted, as the stores write meta (a raw TypeError)
     (lambda m: m.add(["a", {"text": "b", "meta": {1: "x", "k": 2}}], scope="dana"), InvalidItemError),
+    # a number key would come back as text: what is read would not be what was given
+    (lambda m: m.add({"text": "b", "meta": {"outer": [{2: "x"}]}}, scope="dana"), InvalidItemError),
     (lambda m: m.ask("q", scope="dana", llm="http"), InvalidQueryError),  # a name, not a model
     (lambda m: m.ask("q", scope="dana", llm=ScriptedLLM("x"), deep_llm="gpt-4o"), InvalidQueryError),
     (lambda m: m.ask("q", scope="dana", llm=ScriptedLLM("x"), mode="auto", router=object()),
@@ -597,3 +599,10 @@ def test_a_rebuild_stopped_halfway_is_named_by_check_and_completed_by_running_it
         assert any("did not finish" in p and "rebuild" in p for p in mem.check())
         mem.rebuild(StoreConfig(index_header=False))
         assert mem.check() == [] and not mem.store_config.index_header
+
+
+def test_add_returns_meta_as_every_later_read_returns_it(memory: Memory):
+    """A tuple is a list once stored: add returned the tuple, get the list."""
+    stored = memory.add({"text": "Kyoto trip.", "id": "trip", "meta": {"days": (1, 2), "tags": {"a": (3,)}}},
+                        scope="dana")[0]
+    assert stored.meta == memory.get("trip", scope="dana").meta == {"days": [1, 2], "tags": {"a": [3]}}

@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import threading
 import time
@@ -503,7 +504,7 @@ class Memory:
 
     # -- writes -------------------------------------------------------------------------------------
 
-    def _checked(self, scope: str, new: Sequence[NewItem],
+    def _checked(self, scope: str, new: list[NewItem],
                  origin: Sequence[int] | None = None) -> list[Item | None]:
         """Every check an add makes before it writes: each item valid, no id twice, no client
         id stored with other content. The stored item for each id already there, else None.
@@ -511,6 +512,8 @@ class Memory:
         error names the entry the caller wrote."""
         for i, it in enumerate(new):
             validate_item(it, origin[i] if origin is not None else i)
+            if it.meta:  # as it will be read back (a tuple is a list in JSON): add returns that
+                new[i] = dataclasses.replace(it, meta=json.loads(json.dumps(it.meta, ensure_ascii=False)))
         ids = [it.id for it in new if it.id is not None]
         if len(ids) != len(set(ids)):
             dup = next(x for x in ids if ids.count(x) > 1)

@@ -213,6 +213,9 @@ def validate_item(item: NewItem, index: int) -> None:
         raise InvalidItemError(f"{where}: meta must be a mapping, got {type(item.meta).__name__}")
     if too_deep(item.meta, META_MAX_DEPTH):
         raise InvalidItemError(f"{where}: meta is nested more than {META_MAX_DEPTH} levels deep")
+    if not text_keys(item.meta):
+        # JSON would store {1: "a"} as {"1": "a"}: what comes back would not be what was given
+        raise InvalidItemError(f"{where}: meta keys must be text, at every depth")
     try:
         # As the stores write it (sorted keys): keys of mixed kinds cannot be sorted.
         json.dumps(item.meta, allow_nan=False, ensure_ascii=False, sort_keys=True).encode("utf-8")
@@ -246,6 +249,16 @@ def too_deep(value: object, limit: int) -> bool:
             return True
         stack.extend((c, depth + 1) for c in children)
     return False
+
+
+def text_keys(value: object) -> bool:
+    """Whether every mapping in ``value`` (at any depth; bounded by :func:`too_deep`) has only
+    string keys."""
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) for k in value) and all(text_keys(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(text_keys(v) for v in value)
+    return True
 
 
 def has_nul(value: object) -> bool:
