@@ -216,3 +216,23 @@ def test_many_small_adds_after_the_build_are_folded_into_one_slice_per_term(pair
         mem.store.bm25("a", ["river"], 5)
     assert index.post_rows.size > before and index.n_extra <= max(50, index.post_rows.size // 8)
     _agree(mem, fts, rnd, 20)
+
+
+def test_rows_tied_at_the_cut_are_the_oldest_as_fts5_keeps_them(tmp_path):
+    """argpartition picked among equal scores at the cut arbitrarily, so a large scope could
+    return other rows than FTS5 (and PostgreSQL) for the same query."""
+    path = tmp_path / "t.db"
+    mem = Memory(SQLiteStore(path, lexical_index_items=1), embedder=None)
+    fts = SQLiteStore(path, lexical_index_items=None)
+    try:
+        rnd = random.Random(3)
+        texts = [rnd.choice(["the grey cat", "the cat sat", "grey grey cat", "a grey owl"]) for _ in range(400)]
+        mem.add(texts, scope="a")
+        assert mem.store.prepare_lexical("a")
+        for limit in (5, 10, 17, 120, 150):
+            got = [(q, i) for q, i, _ in mem.store.bm25("a", ["grey"], limit)]
+            want = [(q, i) for q, i, _ in fts.bm25("a", ["grey"], limit)]
+            assert got == want
+    finally:
+        mem.close()
+        fts.close()

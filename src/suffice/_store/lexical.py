@@ -175,7 +175,13 @@ class LexicalIndex:
                 keep = self.seqs[cand] < before_seq
                 cand, score = cand[keep], score[keep]
             if cand.size > limit:
-                top = np.argpartition(-score, limit - 1)[:limit]
+                # The best ``limit``, rows tied at the cut taken oldest first (as FTS5's sort
+                # leaves them): argpartition alone would pick among them arbitrarily.
+                kth = np.partition(-score, limit - 1)[limit - 1]
+                above = np.flatnonzero(-score < kth)
+                tied = np.flatnonzero(-score == kth)
+                tied = tied[np.argsort(cand[tied], kind="stable")][:limit - above.size]
+                top = np.concatenate([above, tied])
                 cand, score = cand[top], score[top]
             order = np.lexsort((cand, -score))  # best first; ties: the older row first
             cand, score = cand[order], score[order]
