@@ -569,7 +569,8 @@ def test_an_add_whose_later_batch_fails_stores_none_of_its_items(tmp_path):
 def test_an_import_that_fails_midway_keeps_only_whole_scopes_and_says_so(tmp_path):
     flaky = _GivesOut()
     with Memory(tmp_path / "m.db", embedder=flaky, router=None) as mem:
-        parts = [("run-a", [NewItem("a0", id="a0")]), ("run-b", [NewItem(f"b{i}", id=f"b{i}") for i in range(3)])]
+        parts = [("run-a", [NewItem("a0", id="a0")]),
+                 ("run-b", [NewItem(f"b{i}", id=f"b{i}") for i in range(3)])]
         with pytest.raises(ProviderError) as caught:
             mem._add_scopes(parts)
         assert "imported whole (run-a)" in "".join(caught.value.__notes__)

@@ -666,3 +666,31 @@ def test_a_model_whose_chat_does_not_take_the_engines_arguments_is_a_setup_error
 
     with pytest.raises(TypeError):
         memory.ask("What is the name of Dana's cat?", scope="dana", llm=OldStyle(), mode="fast")  # type: ignore[arg-type]
+
+
+def test_a_models_own_deadline_error_without_a_query_deadline_degrades_and_blames_no_deadline(memory):
+    """A DeadlineError with no timeout crashed ask() formatting the missing deadline."""
+    from suffice import DeadlineError
+
+    late = ScriptedLLM([DeadlineError("the provider's own timeout", endpoint="x")] * 5)
+    ans = memory.ask("Dana cat name?", scope="dana", llm=late)
+    assert ans.receipt.degraded and not any("query's deadline" in n for n in ans.receipt.notes)
+
+
+def test_tier_calls_a_call_cache_replays_are_marked_replayed(memory, tmp_path):
+    """They read as real calls: cached=False with their old latency, so replayed time was
+    undercounted."""
+    from suffice._llm.cache import CachedLLM, replayed_ms
+    from suffice._route.tiers import FixedTiers
+
+    cache = tmp_path / "calls.db"
+    for run in range(2):
+        llm = CachedLLM(reader(), cache)
+        ans = memory.ask("When is the Kyoto trip?", scope="dana", llm=llm, mode="deep", agent="tiered",
+                         tiers=FixedTiers.all("high"))
+        if run == 1:
+            # the model's rungs (rule and small-model rungs are computed again, as they should)
+            tier_rows = [c for c in ans.receipt.calls if c.stage.startswith("tier_") and c.model == llm.model]
+            assert tier_rows and all(c.cached for c in tier_rows)
+            assert all(m.cached for m in ans.receipt.modules if m.model == llm.model)
+            assert replayed_ms(ans.receipt.calls) >= sum(c.latency_ms for c in tier_rows)

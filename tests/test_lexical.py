@@ -226,7 +226,8 @@ def test_rows_tied_at_the_cut_are_the_oldest_as_fts5_keeps_them(tmp_path):
     fts = SQLiteStore(path, lexical_index_items=None)
     try:
         rnd = random.Random(3)
-        texts = [rnd.choice(["the grey cat", "the cat sat", "grey grey cat", "a grey owl"]) for _ in range(400)]
+        kinds = ["the grey cat", "the cat sat", "grey grey cat", "a grey owl"]
+        texts = [rnd.choice(kinds) for _ in range(400)]
         mem.add(texts, scope="a")
         assert mem.store.prepare_lexical("a")
         for limit in (5, 10, 17, 120, 150):

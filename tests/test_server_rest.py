@@ -313,7 +313,8 @@ def test_slow_asks_do_not_hold_up_other_callers_reads(tmp_path):
 def test_an_id_with_a_slash_is_read_and_deleted_by_its_url(dev, mem):
     c = httpx.Client(base_url=dev, timeout=30)
     c.post("/v1/items", json={"user_id": "ana", "items": [{"text": "Turn three.", "id": "conv-1/turn-3"}]})
-    assert c.get("/v1/items/conv-1%2Fturn-3", params={"user_id": "ana"}).json()["item"]["text"] == "Turn three."
+    got = c.get("/v1/items/conv-1%2Fturn-3", params={"user_id": "ana"})
+    assert got.json()["item"]["text"] == "Turn three."
     assert c.delete("/v1/items/conv-1/turn-3", params={"user_id": "ana"}).json()["forgotten"]["items"] == 1
 
 
@@ -335,6 +336,6 @@ def test_an_error_naming_where_the_server_keeps_its_models_hides_the_path(tmp_pa
     with Memory(tmp_path / "s.db", embedder=HashEmbedder(), llm=ScriptedLLM("<answer>x</answer>")) as m:
         m.add("Ana moved to Lisbon.", user_id="ana")
         with serving(create_app(m)) as url:
-            r = httpx.post(f"{url}/v1/ask", json={"user_id": "ana", "question": "Where?", "tiered": True, "mode": "deep"},
-                           timeout=30)
+            body = {"user_id": "ana", "question": "Where?", "tiered": True, "mode": "deep"}
+            r = httpx.post(f"{url}/v1/ask", json=body, timeout=30)
     assert r.status_code == 500 and "secret-models" not in r.text, r.text

@@ -166,7 +166,7 @@ def _model_lever(deep: str, fast: str, ok: bool) -> str:
     """What the capacity lever did: the deep model wrote the answer, or was asked and failed."""
     if ok:
         return f"{deep} wrote the answer (fast path: {fast})"
-    return f"{deep} was asked to write the answer and failed; the fast path ({fast}) answered"
+    return f"{deep} was asked to write the answer and failed; falling back to the fast path ({fast})"
 
 class Engine:
     """Answers questions over one store with one reader model, from the parts Memory composed."""
@@ -485,7 +485,7 @@ class Engine:
         relevant = [n for n in agent_notes if n.relevant]
         if s.deep_agents and not relevant:
             if not wider:
-                notes.append("no block agent returned relevant notes; the fast path answered")
+                notes.append("no block agent returned relevant notes; falling back to the fast path")
                 return None, _block_receipts(chosen, agent_notes, {}), tuple(levers), ()
             notes.append("no block agent returned relevant notes; the wider evidence answered")
         cap = int(render.prompt_cap * deep_budget)
@@ -497,7 +497,7 @@ class Engine:
         used = {b: count_tokens("\n".join(lines)) for b, lines in kept.items()}
         receipts = _block_receipts(chosen, agent_notes, used)
         if relevant and not body and not wider:
-            notes.append("no agent note fits the budget; the fast path answered")
+            notes.append("no agent note fits the budget; falling back to the fast path")
             return None, receipts, tuple(levers), ()
         parts: list[ContextPart] = [
             ContextPart("notice", None, _quoted(n, set(kept[n.block])), used[n.block],
@@ -564,7 +564,7 @@ class Engine:
                 stages.get("aggregate", 0.0), sum(c.input_tokens + c.output_tokens for c in answer_calls),
                 math.fsum(c.cost_usd for c in answer_calls)))
         if not ok:
-            notes.append(f"aggregation failed ({text}); the fast path answered")
+            notes.append(f"aggregation failed ({text}); falling back to the fast path")
             return None, receipts, tuple(levers), ()
         return (text, tuple(parts), count_tokens(body)), receipts, tuple(levers), ()
 
@@ -596,18 +596,21 @@ class Engine:
                                 ledger=ledger, deadline=clock.deadline)
         except Exception as exc:  # a provider, a config, or a caller's own model class
             stages["tiers"] = _ms(t)
-            notes.append(f"tiered pipeline failed ({type(exc).__name__}: {exc}); the fast path answered")
+            notes.append(f"tiered pipeline failed ({type(exc).__name__}: {exc}); "
+                         "falling back to the fast path")
             return None, (), (), ()
         stages["tiers"] = _ms(t)
         for m in result.modules:
             if m.note:
                 notes.append(f"{m.module}: {m.note}")
+        if clock.passed() or any("DeadlineError" in (m.note or "") for m in result.modules):
+            clock.ran_out("tiers")
         tiers = " ".join(f"{m.module}={m.tier}" for m in result.modules)
         levers = [LeverReceipt(
             "tiers", f"{agent.source.name}: {tiers}", stages["tiers"],
             sum(m.input_tokens + m.output_tokens for m in result.modules), result.cost_usd)]
         if not result.text.strip():
-            notes.append("the tiered pipeline found nothing to read; the fast path answered")
+            notes.append("the tiered pipeline found nothing to read; falling back to the fast path")
             return None, (), tuple(levers), result.modules
         seqs = tuple(q for i in result.kept for q in result.chunks[i].seqs)
         parts = (ContextPart("notice", None, seqs, count_tokens(result.text), "tiered summary"),)
@@ -622,7 +625,7 @@ class Engine:
                 stages["aggregate"], sum(c.input_tokens + c.output_tokens for c in calls),
                 math.fsum(c.cost_usd for c in calls)))
         if not ok:
-            notes.append(f"aggregation failed ({text}); the fast path answered")
+            notes.append(f"aggregation failed ({text}); falling back to the fast path")
             return None, (), tuple(levers), result.modules
         return (text, parts, count_tokens(result.text)), (), tuple(levers), result.modules
 
@@ -669,8 +672,8 @@ class Engine:
                 modules: tuple[ModuleReceipt, ...] = ()) -> Answer:
         if clock.missed:
             degraded = True
-            notes.append(f"the query's deadline of {clock.timeout_s:g} s passed during: "
-                         + ", ".join(dict.fromkeys(clock.missed)))
+            notes.append(f"the query's deadline of {clock.timeout_s:g} s cut short (a call stopped at it, "
+                         "or refused for lack of the time left): " + ", ".join(dict.fromkeys(clock.missed)))
         t_e2e = _ms(t0)
         # An early stop answered by the deep model (stop_reader="deep") wrote on the deep
         # path's stage though it read the fast budget.
@@ -713,7 +716,12 @@ class _Clock:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
     def ran_out(self, stage: str) -> None:
-        self.missed.append(stage)
+        """Note that ``stage`` was cut short by the deadline: stopped at it, or refused for
+        lack of the time left. Without a deadline there is none to blame (a model of the
+        caller's own may raise DeadlineError for reasons of its own): the failure stands as
+        any other's."""
+        if self.deadline is not None:
+            self.missed.append(stage)
 
 
 ANSWER_STAGE: dict[Path, str] = {"fast": "answer", "deep": "aggregate"}

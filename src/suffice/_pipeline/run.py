@@ -400,6 +400,9 @@ class TieredPipeline:
                 else:
                     hit = self._spent(t0, {"value": value})
                     self.cache.put(key, hit)
+            # A rung whose model calls a call cache replayed is a replay too (its time is the
+            # recorded one, as replayed_ms expects), not only one the module cache answered.
+            cached = cached or bool(hit.get("replayed"))
             for k in spent:
                 spent[k] += hit[k]
             self._ledger(ledger, module, model_name, hit, cached)  # each rung as itself
@@ -421,7 +424,7 @@ class TieredPipeline:
         ms = sum(c.latency_ms for c in calls) if calls else (time.perf_counter() - t0) * 1e3
         usd = sum(c.cost_usd for c in calls) + ms * self._rate
         return {**out, "in": sum(c.input_tokens for c in calls), "out": sum(c.output_tokens for c in calls),
-                "ms": ms, "usd": usd}
+                "ms": ms, "usd": usd, "replayed": any(c.cached for c in calls)}
 
     def _ladder(self, tier: Tier) -> list[tuple[str, str, Callable[..., tuple[Any, CallRecord | None]]]]:
         """The rungs a module tries, starting at ``tier`` and going down: (tier that answers,
@@ -466,9 +469,14 @@ class TieredPipeline:
     def _chat(self, module: Module, model: LLM, style: Reasoning, question: str, material: str,
               deadline: float | None) -> tuple[str, CallRecord]:
         own = Ledger()
-        reply = model.chat(tier_messages(module, style, question, material),
-                           max_tokens=REASONING_MAX_TOKENS[style], stage=f"tier_{module}",
-                           ledger=own, deadline=deadline).text
+        try:
+            reply = model.chat(tier_messages(module, style, question, material),
+                               max_tokens=REASONING_MAX_TOKENS[style], stage=f"tier_{module}",
+                               ledger=own, deadline=deadline).text
+        except BaseException:
+            # A failed rung is paid for too: what the call billed goes into the rung's cost.
+            self._calls.records = [*getattr(self._calls, "records", []), *own.records]
+            raise
         record = own.records[-1] if own.records else CallRecord(
             model.model, f"tier_{module}", count_tokens(material), count_tokens(reply), 0.0, 0.0)
         self._calls.records = [*getattr(self._calls, "records", []), record]
