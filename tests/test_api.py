@@ -607,3 +607,34 @@ def test_add_returns_meta_as_every_later_read_returns_it(memory: Memory):
     stored = memory.add({"text": "Kyoto trip.", "id": "trip", "meta": {"days": (1, 2), "tags": {"a": (3,)}}},
                         scope="dana")[0]
     assert stored.meta == memory.get("trip", scope="dana").meta == {"days": [1, 2], "tags": {"a": [3]}}
+
+
+def test_a_failed_add_takes_back_only_rows_it_wrote_not_another_writers(tmp_path, monkeypatch):
+    """Another writer that stored the same ids meanwhile (a client's retry) keeps its items."""
+    path = tmp_path / "m.db"
+    items = [NewItem(f"turn {i}", id=f"t{i}") for i in range(4)]
+    flaky = _GivesOut()
+    with Memory(path, embedder=flaky, router=None) as a:
+        real = a.store.append
+
+        def after_another_writer(scope, rows, **kw):  # type: ignore[no-untyped-def]
+            with Memory(path, embedder=_GivesOut(), router=None) as b:
+                b.embedder.calls = -10  # b's embedder works
+                b.add(items, scope="u")  # b's add succeeds: its four items are stored
+            return real(scope, rows, **kw)
+
+        monkeypatch.setattr(a.store, "append", after_another_writer)
+        with pytest.raises(ProviderError):
+            a.add(items, scope="u", batch_size=2)  # a's second batch fails
+        assert [it.id for it in a.items(scope="u")] == ["t0", "t1", "t2", "t3"]
+
+
+def test_a_rebuild_keeps_the_mark_of_an_import_that_never_finished(tmp_path):
+    """The rebuild's own mark shares the slot, and used to clear the import's with it."""
+    with Memory(tmp_path / "m.db", embedder=None) as mem:
+        mem.add([f"item {i}" for i in range(5)], scope="u", speaker="ana")
+        mem.store.note_transfer("u", {"source": "old.jsonl", "items": 10, "started": "2026-12-05"})
+        assert any("did not finish" in p for p in mem.check())
+        mem.rebuild(StoreConfig(index_header=False))
+        problems = mem.check()
+        assert any("old.jsonl" in p for p in problems) and not any("rebuild" in p for p in problems)

@@ -439,6 +439,8 @@ def test_an_output_path_of_the_wrong_kind_is_refused_before_any_work(tmp_path, a
     (("bench", "progressive", "--out", "{new}", "--plot", "{tmp}/curve.txt"), "give a file ending in .png"),
     (("bench", "tiers", "--out", "{new}", "--json", "{tmp}/same", "--plot", "{tmp}/same"), "the same file"),
     (("bench", "qa", "--variants", " ,"), "--variants names none"),
+    (("bench", "qa", "--out", "{cutqa}", "--variants", " ,"), "--variants names none"),  # resumable: passes
+    (("bench", "qa", "--out", "{cuttiers}"), "does not hold `bench qa` records"),
 ])
 def test_a_benchmark_refuses_files_that_would_mix_or_overwrite_records_before_any_work(
         tmp_path, monkeypatch, args, said):
@@ -457,7 +459,12 @@ def test_a_benchmark_refuses_files_that_would_mix_or_overwrite_records_before_an
     tiers.write_text(json.dumps({"variant": "all-Low", "key": "conv-26#0", "pipeline_usd": 0.0}) + "\n")
     store = tmp_path / "m.db"
     Memory(store, embedder=None).close()
-    paths = {"tiers": tiers, "qa": qa, "store": store, "new": tmp_path / "new.jsonl", "tmp": tmp_path}
+    cutqa = tmp_path / "cutqa.jsonl"  # a kill cut the very first record: the run redoes it
+    cutqa.write_text('{"variant": "fa\n' + qa.read_text())
+    cuttiers = tmp_path / "cuttiers.jsonl"
+    cuttiers.write_text('{"variant": "al\n' + tiers.read_text())
+    paths = {"tiers": tiers, "qa": qa, "store": store, "new": tmp_path / "new.jsonl", "tmp": tmp_path,
+             "cutqa": cutqa, "cuttiers": cuttiers}
     r = run(*[a.format(**paths) for a in args])
     out = " ".join(r.output.translate(str.maketrans("", "", "│╭╮╰╯─")).split())
     assert r.exit_code != 0 and said in out, r.output

@@ -88,3 +88,15 @@ def test_a_staged_model_folder_replaces_the_old_one_whole_or_not_at_all(tmp_path
     assert {p.name: p.read_bytes() for p in final.iterdir()} == {"model.onnx": b"new weights",
                                                                  "card.json": b"new card"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["router"]
+
+
+def test_a_staged_folder_never_takes_the_place_of_a_file(tmp_path: Path) -> None:
+    from suffice import ModelFileError
+    from suffice._files import staged_folder
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(ModelFileError, match="not a folder; what was written is in"):
+        with staged_folder(notes) as st:
+            (st / "model.onnx").write_bytes(b"weights")
+    assert notes.read_text() == "mine"

@@ -87,3 +87,7 @@ def test_a_forget_in_one_scope_does_not_fail_a_read_in_flight_in_another(tmp_pat
         mem.forget(user_id="ana", ids=[mem.items(user_id="ana")[0].id])
         with pytest.raises(StoreError, match="run the query again"):
             retriever.check_unchanged(idx)  # her own scope's did
+        idx = retriever.index("user:ana")
+        mem.store.rebuild_pieces("user:ana", [])  # a rebuild of her pieces counts too
+        with pytest.raises(StoreError, match="run the query again"):
+            retriever.check_unchanged(idx)

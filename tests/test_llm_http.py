@@ -377,3 +377,13 @@ def test_credentials_never_reach_a_message_a_receipt_or_the_cache_identity() -> 
             llm.chat(Q)
         assert "hunter2" not in str(err.value) and "hunter2" not in llm.identity
         assert srv.headers[-1]["Authorization"].startswith("Basic ")  # still sent, as auth
+
+
+def test_credentials_in_the_url_win_over_a_key_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-for-something-else")
+    with FakeOpenAI([Reply(200, chat_body("ok"))]) as srv:
+        port = srv.base_url.split(":")[2].split("/")[0]
+        assert OpenAIHTTP(base_url=f"http://bob:pw@127.0.0.1:{port}/v1", model="m").chat(Q).text == "ok"
+        assert srv.headers[-1]["Authorization"].startswith("Basic ")
+    with pytest.raises(ConfigError, match="give the credentials once"):
+        OpenAIHTTP(base_url="http://bob:pw@127.0.0.1:9/v1", model="m", api_key="sk-explicit")

@@ -609,8 +609,11 @@ class Memory:
                 have = {i: got for i, got in enumerate(stored) if got is not None}
                 todo = [i for i in range(len(batch)) if i not in have]
                 rows = self._prepare([batch[i] for i in todo])
-                fresh = self._store.append(ident.scope, rows, encoder=encoder) if rows else []
-                added.extend(it.id for it in fresh)
+                made: list[bool] = []
+                fresh = self._store.append(ident.scope, rows, encoder=encoder, created=made) if rows else []
+                # Only the rows this call wrote: one another writer stored meanwhile under the
+                # same id comes back too, and is that writer's to keep.
+                added.extend(it.id for it, new_row in zip(fresh, made, strict=True) if new_row)
                 written = iter(fresh)
                 out.extend(have[i] if i in have else next(written) for i in range(len(batch)))
                 if progress is not None:
@@ -629,7 +632,8 @@ class Memory:
     def _take_back(self, scope: str, ids: Sequence[str], exc: BaseException) -> None:
         """Forget, by id, the items an add stored before one of its later batches failed (an
         embedder that gave out, a full disk, Ctrl-C), so the add stores all its items or none:
-        a retry of items without ids would otherwise store the first batches twice."""
+        a retry of items without ids would otherwise store the first batches twice. Only rows
+        this add wrote go; other writers could read them meanwhile (each batch commits)."""
         if not ids:
             return
         try:
@@ -761,14 +765,18 @@ class Memory:
         counts = {"pieces": 0, "records": 0, "vectors": 0}
         scopes = self._store.scopes()
         marked: list[str] = []
+        # Unfinished imports' marks (a mark a stopped rebuild left is this rebuild's to clear)
+        transfers = {scope: {k: v for k, v in note.items() if k not in ("rebuild", "rebuild_started")}
+                     for scope, note in self._store.unfinished_transfers().items() if "items" in note}
         if {"piece_max_tokens", "index_header"} & diff.keys():
             for scope in scopes:
                 # A mark for the pieces rewritten chunk by chunk: a rebuild killed halfway
                 # leaves items indexed two ways under the old saved config, which `check`
-                # names from this mark (and a rebuild run again completes).
+                # names from this mark (and a rebuild run again completes). It shares the
+                # transfer mark's slot, so an unfinished import's mark is kept within it.
                 self._store.note_transfer(scope, {
-                    "rebuild": sorted(diff), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "items": self._store.max_seq(scope) + 1})
+                    **transfers.get(scope, {}), "rebuild": sorted(diff),
+                    "rebuild_started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
                 marked.append(scope)
                 for start in range(0, self._store.max_seq(scope) + 1, 512):
                     items = self._store.items(scope, start=start, end=start + 512)
@@ -783,7 +791,7 @@ class Memory:
                 self._store.drop_records(scope)
         self._store.save_config(new.model_dump())
         for scope in marked:
-            self._store.note_transfer(scope, None)
+            self._store.note_transfer(scope, transfers.get(scope))  # an import's mark stays
         for scope in scopes:
             before = self._store.stats(scope).embedded
             self._retriever.index(scope)  # embeds what has no vector (all of it after a new encoder)
@@ -1069,9 +1077,10 @@ class Memory:
             if "rebuild" in note:
                 what = ", ".join(note["rebuild"])
                 problems.append(
-                    f"scope {scope!r}: a rebuild of {what} began {note.get('started', '')} and did not "
-                    "finish, so its items are indexed two ways: run `suffice rebuild` again")
-                continue
+                    f"scope {scope!r}: a rebuild of {what} began {note.get('rebuild_started', '')} and did "
+                    "not finish, so its items are indexed two ways: run `suffice rebuild` again")
+                if "items" not in note:  # no unfinished transfer under the rebuild's mark
+                    continue
             held = self._store.max_seq(scope) + 1 if self._store.has_scope(scope) else 0
             problems.append(
                 f"scope {scope!r}: a transfer from {note.get('source') or 'another store'} began "

@@ -721,19 +721,26 @@ def bench_files(kind: str, records: Path | None, *, json_out: Path | None = None
         return
     if any(i is not None and same(records, i) for i in inputs):
         fail(f"the records file {records} is an input of the run; name another file")
-    first = b""
+    # The first line that reads as a record decides (a kill may have cut the very first one,
+    # which the run then redoes); a file with no such line is a record file only when all it
+    # holds is that one cut record.
+    rec: Any = None
+    cut = bad = False
     with records.open("rb") as fh:
         for line in fh:
-            if line.strip():
-                first = line
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
                 break
-    if not first:
+            except ValueError:
+                if cut or not line.lstrip().startswith(b"{"):
+                    bad = True
+                    break
+                cut = True
+    if rec is None and not bad:  # empty, or a single record cut by a kill
         return
-    try:
-        rec = json.loads(first)
-    except ValueError:
-        rec = None
-    if not isinstance(rec, dict) or not RECORD_FIELDS[kind] <= set(rec):
+    if bad or not isinstance(rec, dict) or not RECORD_FIELDS[kind] <= set(rec):
         fail(f"{records} does not hold `bench {kind}` records (its first line lacks "
              f"{', '.join(sorted(RECORD_FIELDS[kind]))}): name a new file or one this benchmark wrote")
 
@@ -1624,8 +1631,12 @@ def model_out(out_dir: Path, kind: str) -> None:
     holding a trained ``kind`` (replaced, whole, when the new one is written: see
     :func:`~suffice._files.staged_folder`). A folder with anything else is refused rather than
     emptied an hour later."""
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        fail(f"--out {out_dir} is a file or a link; name a folder (new, empty, or holding a trained {kind})")
     if not out_dir.is_dir():
         return
+    if out_dir.is_mount():  # the new folder takes the old one's place by a rename
+        fail(f"--out {out_dir} is a mount point; name a folder inside it")
     found = {p.name for p in out_dir.iterdir()}
     if not found:
         return

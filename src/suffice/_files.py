@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from ._errors import ModelFileError
+
 __all__ = ["atomic_file", "staged_folder", "write_atomic"]
 
 
@@ -90,10 +92,21 @@ def staged_folder(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        raise ModelFileError(f"{final} is not a folder; what was written is in {staging}")
     old = _temp_name(final, "old") if final.exists() else None
-    if old is not None:
-        os.replace(final, old)
-    os.replace(staging, final)
+    try:
+        if old is not None:
+            os.replace(final, old)
+        try:
+            os.replace(staging, final)
+        except OSError:
+            if old is not None:
+                os.replace(old, final)  # the old folder back where it was
+            raise
+    except OSError as exc:  # a mount point, a folder another program holds open, ...
+        raise ModelFileError(f"could not put the new folder at {final} ({exc}); what was written "
+                             f"is in {staging}") from exc
     _sync_folder(final.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -124,8 +124,8 @@ class ScopeIndex:
     generation: int = 0
     """The store's generation this state was built at (see :meth:`Store.generation`)."""
     scope: str = ""
-    forgets: int = 0
-    """The scope's forget count when this state was built (see :meth:`Store.forgets`)."""
+    changes: int = 0
+    """The scope's change count when this state was built (see :meth:`Store.changes`)."""
     lock: threading.RLock = field(default_factory=threading.RLock)
     seqs: np.ndarray = field(default_factory=lambda: _EMPTY_SEQS)
     matrix: np.ndarray = field(default_factory=lambda: _EMPTY_MATRIX)
@@ -338,7 +338,7 @@ class Retriever:
         """The scope's views and vectors, extended with any items appended since last time."""
         for _ in range(5):
             idx = self._sync(scope)
-            if self.unchanged(idx):  # no forget in this scope ran while we read
+            if self.store.generation() == idx.generation:  # no forget or rebuild ran while we read
                 return idx
         raise StoreError("the store keeps changing under this query (forgets in progress); try again")
 
@@ -351,7 +351,7 @@ class Retriever:
             idx = self._scopes.get(scope)
             if idx is None or idx.generation != generation:
                 idx = self._scopes[scope] = ScopeIndex(ScopeViews(self.config), generation, scope,
-                                                       self.store.forgets(scope))
+                                                       self.store.changes(scope))
         with idx.lock:
             new = self.store.layout(scope, after_seq=idx.views.size - 1)
             if new:
@@ -789,10 +789,10 @@ class Retriever:
 
 
     def unchanged(self, idx: ScopeIndex) -> bool:
-        """Whether items read by seq since ``idx`` was built are still numbered as they were:
-        no forget anywhere, or none in its scope (another scope's forget renumbers nothing
-        here, and must not fail another tenant's reads)."""
-        return self.store.generation() == idx.generation or self.store.forgets(idx.scope) == idx.forgets
+        """Whether what was read by seq since ``idx`` was built is still as it was: no forget or
+        rebuild anywhere, or none in its scope (another scope's forget renumbers nothing here,
+        and must not fail another tenant's reads)."""
+        return self.store.generation() == idx.generation or self.store.changes(idx.scope) == idx.changes
 
     def check_unchanged(self, idx: ScopeIndex) -> None:
         """Refuse results read by seq after a forget renumbered the scope (a rare race)."""

@@ -45,7 +45,8 @@ class CallRecord:
     """True when the tokens were counted locally because the response carried no usage."""
     cached: bool = False
     """True when the reply was replayed from a call cache (:class:`~suffice._llm.cache.CachedLLM`):
-    tokens, cost and latency are those of the real call it repeats."""
+    tokens and latency are those of the real call it repeats, the cost theirs at the backend's
+    current prices."""
 
 
 @dataclass(frozen=True, slots=True)

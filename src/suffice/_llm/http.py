@@ -109,6 +109,7 @@ class OpenAIHTTP:
     ) -> None:
         base_url = base_url or os.environ.get(ENV_BASE_URL) or os.environ.get("OPENAI_BASE_URL")
         model = model or os.environ.get(ENV_MODEL)
+        given_key = api_key
         api_key = api_key or os.environ.get(ENV_API_KEY) or os.environ.get("OPENAI_API_KEY")
         if not base_url:
             raise ConfigError(
@@ -122,10 +123,6 @@ class OpenAIHTTP:
             raise ConfigError(f"max_concurrency must be at least 1, got {max_concurrency}")
         if retries < 0 or backoff < 0 or timeout <= 0:
             raise ConfigError("retries and backoff must be >= 0 and timeout > 0")
-        if api_key and (api_key != api_key.strip() or any(ord(c) < 32 or ord(c) == 127 for c in api_key)):
-            # It would go into a header httpx refuses, and the refusal quotes the header.
-            raise ConfigError("the API key holds spaces or control characters (a newline read from a "
-                              "file?); give the key alone")
         auth: tuple[str, str] | None = None
         try:
             parsed: httpx.URL | None = httpx.URL(base_url)
@@ -134,11 +131,16 @@ class OpenAIHTTP:
         if parsed is not None and parsed.userinfo:
             # Credentials in the URL go into the request's auth, never into a message, a receipt
             # or the cache's record of which server answered.
-            if api_key:
+            if given_key:
                 raise ConfigError("base_url carries a user and password and an API key is given too: "
                                   "give the credentials once")
+            api_key = None  # the URL's credentials win over a key from the environment
             auth = (parsed.username, parsed.password)
             base_url = str(parsed.copy_with(username=None, password=None))
+        if api_key and (api_key != api_key.strip() or any(ord(c) < 32 or ord(c) == 127 for c in api_key)):
+            # It would go into a header httpx refuses, and the refusal quotes the header.
+            raise ConfigError("the API key holds spaces or control characters (a newline read from a "
+                              "file?); give the key alone")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.identity = f"{self.base_url} {model}"

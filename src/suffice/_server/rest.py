@@ -16,6 +16,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -53,6 +54,9 @@ class ServerSettings(BaseSettings):
     max_items: int = Field(2_000, ge=1, description="Items or messages one add may carry.")
     max_k: int = Field(1_000, ge=1, description="Largest k of a search, or limit of a list.")
     max_budget_tokens: int = Field(200_000, ge=100, description="Largest render or ask budget.")
+    ask_workers: int = Field(2, ge=1, le=64, description=(
+        "Asks answered at once, on threads of their own (other calls have four): a local model "
+        "answers one prompt at a time anyway; raise it for a remote model that serves several."))
 
 
 def server_settings() -> ServerSettings:
@@ -190,6 +194,13 @@ class ForgetIn(Where):
 
 # -- the app ----------------------------------------------------------------------------------------
 
+def _log_late_failure(task: asyncio.Future[Any]) -> None:
+    """A write that outlived its request (the caller got a 504) and then failed: the only
+    place its error can still be seen is the server's log."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("a write that passed its deadline then failed: %s", task.exception())
+
+
 def _error(status: int, code: str, message: str, kind: str = "HTTPError") -> JSONResponse:
     return JSONResponse({"error": {"code": code, "type": kind, "message": message}}, status_code=status)
 
@@ -285,15 +296,21 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
     loopback only: ``suffice serve --dev`` does). With keys, each request's bearer key is
     looked up and the call runs on ``memory.restrict(key's scopes)``."""
     conf = settings or ServerSettings()
-    amem = memory if isinstance(memory, AsyncMemory) else AsyncMemory(memory)
+    amem = memory if isinstance(memory, AsyncMemory) else AsyncMemory(memory, ask_workers=conf.ask_workers)
     app = FastAPI(title="suffice", version=__version__, description=(
         "Long-term memory for LLM agents: write once, verbatim; render per call under a token "
         "budget; every answer with a receipt. Errors: {\"error\": {\"code\", \"type\", \"message\"}}."))
 
     # Where the server keeps its store and models is not the callers' business: an error that
     # names one (a tier policy folder that went missing) shows a placeholder instead.
-    private = tuple(p for p in (amem.path, *(os.environ.get(v, "").strip() for v in (
-        "SUFFICE_ROUTER", "SUFFICE_TIERS", "SUFFICE_CACHE_DIR"))) if p)
+    private: list[str | tuple[str, str]] = [amem.path]
+    for var, label in (("SUFFICE_ROUTER", "router"), ("SUFFICE_TIERS", "tier policy"),
+                       ("SUFFICE_CACHE_DIR", "model cache")):
+        value = os.environ.get(var, "").strip()
+        if value:  # as errors print it: the absolute path (a bare word would hide every use of it)
+            private += [(str(Path(value).expanduser().resolve()), label)]
+            if os.sep in value:
+                private += [(value, label)]
 
     @app.exception_handler(SufficeError)
     async def _suffice_error(_: Request, exc: SufficeError) -> JSONResponse:
@@ -326,12 +343,13 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
     async def within(call: Awaitable[T], seconds: float, *, write: bool = False) -> T:
         # A write is shielded from the deadline: one still queued for a thread would otherwise
         # be cancelled and never run, while the note below says that it completes.
-        job: Awaitable[T] = asyncio.shield(asyncio.ensure_future(call)) if write else call
+        task = asyncio.ensure_future(call) if write else None
         try:
-            return await asyncio.wait_for(job, timeout=seconds)
+            return await asyncio.wait_for(asyncio.shield(task) if task is not None else call, timeout=seconds)
         except TimeoutError:
             err = DeadlineError(f"the call took longer than the server's {seconds:g} s deadline")
-            if write:  # the worker thread cannot be stopped: say what became of the write
+            if task is not None:  # the worker thread cannot be stopped: say what became of the write
+                task.add_done_callback(_log_late_failure)
                 err.add_note("the write was not stopped: it still completes or fails as a "
                              "whole. Send the same request again to learn which; a fit, a "
                              "forget and items with ids change nothing twice, but items sent "

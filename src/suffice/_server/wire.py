@@ -107,16 +107,18 @@ def error_status(exc: SufficeError) -> tuple[int, str]:
     return 500, "error"
 
 
-def hidden(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with each of ``secrets`` (the store's file path or URL) written ``<store>``:
-    callers of a server have no business knowing where its files are."""
-    for secret in secrets:
+def hidden(text: str, secrets: Sequence[str | tuple[str, str]]) -> str:
+    """``text`` with each of ``secrets`` (the store's file path or URL, or ``(path, label)``)
+    written ``<store>`` (or ``<label>``): callers of a server have no business knowing where
+    its files are. Longer secrets first, so a path inside another is not half replaced."""
+    pairs = [(x, "store") if isinstance(x, str) else x for x in secrets]
+    for secret, label in sorted(pairs, key=lambda p: -len(p[0])):
         if secret:
-            text = text.replace(secret, "<store>")
+            text = text.replace(secret, f"<{label}>")
     return text
 
 
-def error_json(exc: SufficeError, hide: Sequence[str] = ()) -> dict[str, Any]:
+def error_json(exc: SufficeError, hide: Sequence[str | tuple[str, str]] = ()) -> dict[str, Any]:
     """The error body; ``hide``: strings (the store's location) not to show the caller."""
     status, code = error_status(exc)
     body: dict[str, Any] = {"code": code, "type": type(exc).__name__, "message": hidden(str(exc), hide)}

@@ -65,10 +65,10 @@ class Store(Protocol):
         """Save the store config; with ``replace=False`` only when none is saved yet."""
     def generation(self) -> int:
         """A counter raised by every forget and rebuild: caches built at another value are stale."""
-    def forgets(self, scope: str) -> int:
-        """How many forgets have taken items from ``scope``: a read that numbered its items by
-        seq is still right while this has not moved, whatever forgets in other scopes did to
-        :meth:`generation` meanwhile."""
+    def changes(self, scope: str) -> int:
+        """How many times ``scope``'s items were renumbered or their views re-derived (a
+        forget, a rebuild of its pieces or records): a read of the scope is still right while
+        this has not moved, whatever other scopes' forgets did to :meth:`generation`."""
     def note_transfer(self, scope: str, note: Mapping[str, Any] | None) -> None:
         """Mark ``scope`` as being written by an import or migration (``note``: where from, how
         many items), or clear the mark (None). A mark left behind is a transfer that was killed."""
@@ -77,8 +77,10 @@ class Store(Protocol):
         forget of the whole scope clears its mark."""
 
     # -- writes ---------------------------------------------------------------------------------
-    def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "") -> list[Item]:
-        """Write ``rows`` in one transaction; idempotent for client ids stored unchanged."""
+    def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "",
+               created: list[bool] | None = None) -> list[Item]:
+        """Write ``rows`` in one transaction; idempotent for client ids stored unchanged.
+        ``created`` (when given) gets, per returned item, whether this call wrote it."""
     def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[Item | None]:
         """Per item: the stored item when its client id is stored with the same content, else
         None; raises ConflictError (nothing written) when one is stored with other content."""
@@ -141,11 +143,11 @@ class Store(Protocol):
         """Problems found in the store (integrity, indexes, derived tables); empty when sound."""
 
 
-def forgets_key(scope: str) -> str:
-    """The meta key that counts ``scope``'s forgets: named by the scope's digest, as the audit
-    names it, so a forgotten scope leaves no name behind (the count must outlive the scope: a
-    read in flight when a whole scope went compares against it)."""
-    return "forgets:" + hashlib.sha256(scope.encode("utf-8")).hexdigest()
+def changes_key(scope: str) -> str:
+    """The meta key of ``scope``'s :meth:`Store.changes` count: named by the scope's digest, as
+    the audit names it, so a forgotten scope leaves no name behind (the count must outlive the
+    scope: a read in flight when a whole scope went compares against it)."""
+    return "changes:" + hashlib.sha256(scope.encode("utf-8")).hexdigest()
 
 TRANSFER_MARK = "transfer:"
 """Prefix of the meta keys that mark a scope a transfer is writing (the scope name follows)."""

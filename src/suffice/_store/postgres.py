@@ -71,8 +71,8 @@ from .base import (
     TRANSFER_MARK,
     ItemRow,
     Layout,
+    changes_key,
     content_key,
-    forgets_key,
     has_nul,
     validate_filter,
     validate_item,
@@ -534,8 +534,13 @@ class PostgresStore:
     def generation(self) -> int:
         return int(self._meta("generation") or 0)
 
-    def forgets(self, scope: str) -> int:
-        return int(self._meta(forgets_key(scope)) or 0)
+    def changes(self, scope: str) -> int:
+        return int(self._meta(changes_key(scope)) or 0)
+
+    @staticmethod
+    def _count_change(c: psycopg.Connection[Any], scope: str) -> None:
+        c.execute("INSERT INTO meta VALUES (%s, '1') ON CONFLICT (key) DO UPDATE"
+                  " SET value = (meta.value::bigint + 1)::text", (changes_key(scope),))
 
     def note_transfer(self, scope: str, note: Mapping[str, Any] | None) -> None:
         key = TRANSFER_MARK + validate_scope(scope)
@@ -558,7 +563,8 @@ class PostgresStore:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "") -> list[Item]:
+    def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "",
+               created: list[bool] | None = None) -> list[Item]:
         """Write ``rows`` to ``scope`` in one transaction; return the stored items in order.
 
         An item whose client id is already stored with the same content is returned as stored
@@ -585,6 +591,7 @@ class PostgresStore:
             top = c.execute("SELECT COALESCE(MAX(seq), -1) FROM items WHERE scope = %s", (scope,)).fetchone()
             seq = int(top[0]) if top else -1
             out: list[Item] = []
+            made: list[bool] = []
             fresh: list[tuple[int, ItemRow, Item]] = []
             for row in rows:
                 new = row.item
@@ -594,8 +601,10 @@ class PostgresStore:
                         raise ConflictError(f"item id {new.id!r} is already stored in this scope with "
                                             "different content; items are immutable")
                     out.append(old)
+                    made.append(False)
                     continue
                 seq += 1
+                made.append(True)
                 item = Item(new.id if new.id is not None else uuid.uuid4().hex, scope, seq, new.session,
                             new.speaker, new.role, new.kind, row.observed_at, new.text, dict(new.meta),
                             row.tokens, row.observed_ts, new.agent)
@@ -603,6 +612,8 @@ class PostgresStore:
                 out.append(item)
             if fresh:
                 self._insert(c, scope, fresh, encoder, now)
+            if created is not None:
+                created.extend(made)
             return out
 
         return self._tx(scope, write)
@@ -742,6 +753,7 @@ class PostgresStore:
             self._delete_pieces(c, scope, list(rid_of.values()))
             self._write_pieces(c, scope, [(rid_of[seq], spans, bodies) for seq, spans, bodies in rows
                                           if seq in rid_of])
+            self._count_change(c, scope)
             self._bump_generation(c)
 
         self._tx(scope, write)
@@ -822,6 +834,7 @@ class PostgresStore:
         def write(c: psycopg.Connection[Any]) -> None:
             c.execute("DELETE FROM records WHERE scope = %s", (scope,))
             c.execute("DELETE FROM links WHERE scope = %s", (scope,))
+            self._count_change(c, scope)
             self._bump_generation(c)
 
         self._tx(scope, write)
@@ -896,8 +909,7 @@ class PostgresStore:
                       (time.time(), action, _sha(scope), json.dumps(sorted(_sha(str(r[2])) for r in rows)),
                        json.dumps({"items": len(rids), "pieces": n_pieces, "vectors": n_vecs,
                                    "records": n_records, "links": n_links})))
-            c.execute("INSERT INTO meta VALUES (%s, '1') ON CONFLICT (key) DO UPDATE"
-                      " SET value = (meta.value::bigint + 1)::text", (forgets_key(scope),))
+            self._count_change(c, scope)
             self._bump_generation(c)
             done = ForgetReport(scope, len(rids), n_pieces, n_vecs, n_records, n_links, checkpointed=False)
             return done, gone_sid

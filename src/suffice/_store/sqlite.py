@@ -36,8 +36,8 @@ from .base import (
     TRANSFER_MARK,
     ItemRow,
     Layout,
+    changes_key,
     content_key,
-    forgets_key,
     validate_filter,
     validate_item,
     validate_scope,
@@ -426,8 +426,13 @@ class SQLiteStore:
     def generation(self) -> int:
         return int(self._meta("generation") or 0)
 
-    def forgets(self, scope: str) -> int:
-        return int(self._meta(forgets_key(scope)) or 0)
+    def changes(self, scope: str) -> int:
+        return int(self._meta(changes_key(scope)) or 0)
+
+    @staticmethod
+    def _count_change(c: sqlite3.Connection, scope: str) -> None:
+        c.execute("INSERT INTO meta VALUES (?, '1') ON CONFLICT (key) DO UPDATE"
+                  " SET value = CAST(value AS INTEGER) + 1", (changes_key(scope),))
 
     def note_transfer(self, scope: str, note: Mapping[str, Any] | None) -> None:
         key = TRANSFER_MARK + validate_scope(scope)
@@ -450,11 +455,14 @@ class SQLiteStore:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "") -> list[Item]:
+    def append(self, scope: str, rows: Sequence[ItemRow], *, encoder: str = "",
+               created: list[bool] | None = None) -> list[Item]:
         """Write ``rows`` to ``scope`` in one transaction; return the stored items in order.
 
         An item whose client id is already stored with the same content is returned as stored
         (idempotent); with different content it raises ConflictError and nothing is written.
+        ``created`` (when given) gets one flag per returned item: True for a row this call
+        wrote, False for one already there.
         """
         validate_scope(scope)
         for i, row in enumerate(rows):
@@ -464,6 +472,7 @@ class SQLiteStore:
             dup = next(x for x in ids if ids.count(x) > 1)
             raise InvalidItemError(f"id {dup!r} appears twice in one batch")
         out: list[Item] = []
+        made: list[bool] = []
         now = time.time()
         with self._write() as c:
             (top,) = c.execute("SELECT COALESCE(MAX(seq), -1) FROM items WHERE scope = ?",
@@ -482,8 +491,10 @@ class SQLiteStore:
                                 f"item id {new.id!r} is already stored in this scope with different "
                                 "content; items are immutable")
                         out.append(stored)
+                        made.append(False)
                         continue
                 seq += 1
+                made.append(True)
                 item_id = new.id if new.id is not None else uuid.uuid4().hex
                 meta = json.dumps(new.meta, ensure_ascii=False, sort_keys=True)
                 c.execute(
@@ -499,6 +510,8 @@ class SQLiteStore:
                 out.append(Item(item_id, scope, seq, new.session, new.speaker, new.role, new.kind,
                                 row.observed_at, new.text, dict(new.meta), row.tokens,
                                 row.observed_ts, new.agent))
+        if created is not None:  # only once the transaction committed
+            created.extend(made)
         return out
 
     def check_ids(self, scope: str, items: Sequence[NewItem]) -> list[Item | None]:
@@ -551,6 +564,7 @@ class SQLiteStore:
             table = self._fts(c, scope)
             for seq, spans, bodies in rows:
                 self._write_pieces(c, table, scope, seq, spans, bodies)
+            self._count_change(c, scope)
             self._bump_generation(c)
 
     @staticmethod
@@ -602,6 +616,7 @@ class SQLiteStore:
         with self._write() as c:
             c.execute("DELETE FROM records WHERE scope = ?", (scope,))
             c.execute("DELETE FROM links WHERE scope = ?", (scope,))
+            self._count_change(c, scope)
             self._bump_generation(c)
 
     # -- forget -----------------------------------------------------------------------------------
@@ -666,8 +681,7 @@ class SQLiteStore:
                        json.dumps(sorted(_sha(str(r[1])) for r in rows)),
                        json.dumps({"items": len(seqs), "pieces": n_pieces, "vectors": n_vecs,
                                    "records": n_records, "links": n_links})))
-            c.execute("INSERT INTO meta VALUES (?, '1') ON CONFLICT (key) DO UPDATE"
-                      " SET value = CAST(value AS INTEGER) + 1", (forgets_key(scope),))
+            self._count_change(c, scope)
             self._bump_generation(c)
         scrubbed = self._vacuum() if self.vacuum_on_forget else False
         return ForgetReport(scope, len(seqs), n_pieces, n_vecs, n_records, n_links,
