@@ -694,3 +694,13 @@ def test_tier_calls_a_call_cache_replays_are_marked_replayed(memory, tmp_path):
             assert tier_rows and all(c.cached for c in tier_rows)
             assert all(m.cached for m in ans.receipt.modules if m.model == llm.model)
             assert replayed_ms(ans.receipt.calls) >= sum(c.latency_ms for c in tier_rows)
+
+
+def test_levers_that_shaped_a_deep_context_the_answer_did_not_use_say_so(memory):
+    """After a fallback to the fast path the receipt still showed the deep context's levers
+    as though the answer had read it."""
+    broken = ScriptedLLM([ProviderError("down", endpoint="x")] * 5, model="deep-m")
+    ans = memory.ask("When is the Kyoto trip?", scope="dana", llm=reader(), deep_llm=broken, mode="deep")
+    assert ans.receipt.path == "fast" and ans.receipt.degraded
+    evidence = [lv for lv in ans.receipt.levers if lv.name == "evidence"]
+    assert evidence and all("not used" in lv.detail for lv in evidence)

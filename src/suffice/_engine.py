@@ -13,7 +13,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ._config import EngineConfig, RenderConfig, RetrievalConfig
@@ -168,6 +168,17 @@ def _model_lever(deep: str, fast: str, ok: bool) -> str:
         return f"{deep} wrote the answer (fast path: {fast})"
     return f"{deep} was asked to write the answer and failed; falling back to the fast path ({fast})"
 
+_CONTEXT_LEVERS = ("evidence", "dates", "updates")
+"""Levers that shaped the deep path's context: unused when the answer fell back to the fast one."""
+
+
+def _unused(levers: tuple[LeverReceipt, ...]) -> tuple[LeverReceipt, ...]:
+    """The levers of a deep attempt the fast path answered instead: those that shaped its
+    context say they went unused (their time and cost were still spent)."""
+    return tuple(replace(lv, detail=f"{lv.detail} (not used: fell back to the fast path)")
+                 if lv.name in _CONTEXT_LEVERS else lv for lv in levers)
+
+
 class Engine:
     """Answers questions over one store with one reader model, from the parts Memory composed."""
 
@@ -286,6 +297,7 @@ class Engine:
                                         context_tokens, ledger, stages, t0, decision, tau,
                                         blocks, False, notes, clock, levers, modules)
                 degraded = True  # _deep said why; the fast reader answers below
+                levers = _unused(levers)
 
         if path == "deep":
             result, blocks, levers, modules = self._deep(question, scope, evidence, ranking, ranked, budget,
@@ -294,6 +306,7 @@ class Engine:
             if result is None:  # every agent failed or nothing relevant: the fast path answers
                 path = "fast"  # the blocks stay on the receipt: they were read and paid for
                 degraded = True
+                levers = _unused(levers)
             else:
                 text, parts, context_tokens = result
                 # An agent that failed left its block unread: the answer stands on less.
