@@ -100,8 +100,9 @@ def test_no_deadline_means_none_on_the_receipt(memory):
 
 
 @contextmanager
-def trickling_server(interval_s: float = 0.5) -> Iterator[str]:
-    """Sends its headers, then one byte of a JSON body every ``interval_s`` seconds."""
+def trickling_server(interval_s: float = 0.5, headers: bool = False) -> Iterator[str]:
+    """Sends its headers, then one byte of a JSON body every ``interval_s`` seconds; with
+    ``headers``, one header line every ``interval_s`` seconds and never a body."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(4)
@@ -115,6 +116,16 @@ def trickling_server(interval_s: float = 0.5) -> Iterator[str]:
             except OSError:
                 continue
             conn.recv(65536)
+            if headers:
+                try:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                    while not stop.is_set():
+                        conn.sendall(b"X-Pad: a\r\n")
+                        time.sleep(interval_s)
+                except OSError:
+                    pass
+                conn.close()
+                continue
             body = (str(chat_body("Paris")).replace("'", '"')).encode()
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          + f"Content-Length: {len(body)}\r\n\r\n".encode())
@@ -150,6 +161,17 @@ def test_a_reply_that_trickles_in_is_cut_off_at_the_deadline():
         with pytest.raises(ProviderError, match="no complete reply within the call's deadline of 2 s"):
             OpenAIHTTP(url, model="m", timeout=1.0, retries=0).chat(Q)
         assert time.monotonic() - t0 < 2.0 + MARGIN_S
+
+
+def test_headers_that_trickle_in_are_cut_off_at_the_deadline_too():
+    """Each read has its own timeout, so a header line every half second held the call for as
+    long as the server kept sending."""
+    with trickling_server(headers=True) as url:
+        llm = OpenAIHTTP(url, model="m", timeout=1.0, retries=0)
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineError):
+            llm.chat(Q, deadline=time.monotonic() + 1.5)
+        assert time.monotonic() - t0 < 1.5 + MARGIN_S
 
 
 def test_a_deadline_already_passed_starts_no_call():

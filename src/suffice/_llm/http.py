@@ -281,7 +281,7 @@ class OpenAIHTTP:
         there (the socket is shut down under the read), and a body over MAX_REPLY_BYTES is
         refused."""
         req = self._client.build_request("POST", url, json=payload, timeout=httpx.Timeout(timeout))
-        resp = self._client.send(req, stream=True)
+        resp = self._send_by(req, until)
         cut = threading.Event()
 
         def stop() -> None:
@@ -319,6 +319,43 @@ class OpenAIHTTP:
         headers = [(k, v) for k, v in resp.headers.items()
                    if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
         return httpx.Response(resp.status_code, headers=headers, content=bytes(body), request=req)
+
+    def _send_by(self, req: httpx.Request, until: float) -> httpx.Response:
+        """Send ``req`` and return once its headers are in, or raise :class:`_Cut` at ``until``.
+
+        Each read has its own timeout, so a server that trickles its headers a line at a time
+        would hold the call past any deadline; the send runs on a thread of its own, and one
+        still waiting at ``until`` is left to finish (its reply is closed unread)."""
+        lock = threading.Lock()
+        ready = threading.Event()
+        box: dict[str, Any] = {}
+
+        def send() -> None:
+            try:
+                got = self._client.send(req, stream=True)
+            except BaseException as exc:  # handed to the caller, who sorts it
+                with lock:
+                    box["exc"] = exc
+                    ready.set()
+                return
+            with lock:
+                if box.get("gone"):
+                    got.close()
+                    return
+                box["resp"] = got
+                ready.set()
+
+        threading.Thread(target=send, name="suffice-http-send", daemon=True).start()
+        # A moment's grace: a socket timeout due at the same instant says more (which wait ran out)
+        ready.wait(max(until - time.monotonic(), 0.0) + 0.25)
+        with lock:
+            if not ready.is_set():
+                box["gone"] = True
+                raise _Cut()
+        if "exc" in box:
+            raise box["exc"]
+        resp: httpx.Response = box["resp"]
+        return resp
 
     def _decode(self, resp: httpx.Response) -> dict[str, Any]:
         url = self.chat_url
