@@ -555,7 +555,7 @@ class _GivesOut:
         return np.ones(4, dtype=np.float32)
 
 
-def test_an_add_whose_later_batch_fails_stores_none_of_its_items(tmp_path):
+def test_an_add_of_items_without_ids_whose_later_batch_fails_stores_none_of_them(tmp_path):
     """The first batch was committed, and the obvious retry of items without ids stored it twice."""
     flaky = _GivesOut()
     with Memory(tmp_path / "m.db", embedder=flaky, router=None) as mem:
@@ -566,7 +566,7 @@ def test_an_add_whose_later_batch_fails_stores_none_of_its_items(tmp_path):
         assert [it.text for it in mem.items(scope="u")] == [f"turn {i}" for i in range(4)]
 
 
-def test_an_import_that_fails_midway_keeps_only_whole_scopes_and_says_so(tmp_path):
+def test_an_import_that_fails_midway_says_a_rerun_adds_only_the_rest(tmp_path):
     flaky = _GivesOut()
     with Memory(tmp_path / "m.db", embedder=flaky, router=None) as mem:
         parts = [("run-a", [NewItem("a0", id="a0")]),
@@ -638,3 +638,24 @@ def test_a_rebuild_keeps_the_mark_of_an_import_that_never_finished(tmp_path):
         mem.rebuild(StoreConfig(index_header=False))
         problems = mem.check()
         assert any("old.jsonl" in p for p in problems) and not any("rebuild" in p for p in problems)
+
+
+def test_a_failed_add_leaves_id_items_another_writer_was_told_are_stored(tmp_path, monkeypatch):
+    """A's first batch is in, B (a client's retry) stores the same ids and is told all four are
+    stored, then A's second batch fails: nothing B was told of may go."""
+    path = tmp_path / "m.db"
+    items = [NewItem(f"turn {i}", id=f"t{i}") for i in range(4)]
+    with Memory(path, embedder=_GivesOut(), router=None) as a:
+        real = a.store.append
+
+        def then_a_retry(scope, rows, **kw):  # type: ignore[no-untyped-def]
+            got = real(scope, rows, **kw)
+            with Memory(path, embedder=_GivesOut(), router=None) as b:
+                b.embedder.calls = -10
+                assert [it.id for it in b.add(items, scope="u")] == ["t0", "t1", "t2", "t3"]
+            return got
+
+        monkeypatch.setattr(a.store, "append", then_a_retry)
+        with pytest.raises(ProviderError):
+            a.add(items, scope="u", batch_size=2)
+        assert [it.id for it in a.items(scope="u")] == ["t0", "t1", "t2", "t3"]

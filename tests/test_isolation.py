@@ -91,3 +91,22 @@ def test_a_forget_in_one_scope_does_not_fail_a_read_in_flight_in_another(tmp_pat
         mem.store.rebuild_pieces("user:ana", [])  # a rebuild of her pieces counts too
         with pytest.raises(StoreError, match="run the query again"):
             retriever.check_unchanged(idx)
+
+
+def test_forgets_in_another_scope_during_every_read_do_not_fail_a_tenants_query(tmp_path):
+    """The index sync retried on any forget anywhere and gave up after five."""
+    from suffice import Memory
+
+    with Memory(tmp_path / "m.db", embedder=None) as mem:
+        mem.add(["Ana moved to Lisbon."], user_id="ana")
+        mem.add([f"Bob note {i}" for i in range(20)], user_id="bob")
+        real = mem.store.layout
+        bob = [it.id for it in mem.items(user_id="bob")]
+
+        def layout_while_bob_forgets(scope, **kw):  # type: ignore[no-untyped-def]
+            if scope == "user:ana" and bob:
+                mem.store.forget("user:bob", ids=[bob.pop()])  # the store's own, no cache reset
+            return real(scope, **kw)
+
+        mem.store.layout = layout_while_bob_forgets  # type: ignore[method-assign]
+        assert mem.search("Lisbon", user_id="ana").hits

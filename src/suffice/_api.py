@@ -527,8 +527,8 @@ class Memory:
         """Add items to several scopes (an import: one per conversation or run), every scope
         checked before the first is written, so a bad or conflicting item anywhere leaves the
         store as it was; the number of items added per scope. A failure while writing (a model
-        error, Ctrl-C) leaves only whole scopes: the one being written is taken out again
-        (:meth:`add`), those before it stay, and their ids make importing again add the rest."""
+        error, Ctrl-C) leaves what was written (every item of an import carries an id), and
+        importing again adds only the rest."""
         names = [scope for scope, _ in parts]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:  # the second would be checked against a store without the first, then clash
@@ -550,7 +550,7 @@ class Memory:
             if counts:
                 named = ", ".join(list(counts)[:3]) + (", ..." if len(counts) > 3 else "")
                 exc.add_note(f"{len(counts)} scope(s) before it were imported whole ({named}); "
-                             "importing again adds only the rest")
+                             "importing again adds only the rest (stored items are known by their ids)")
             raise
         return counts
 
@@ -566,8 +566,9 @@ class Memory:
         become items of kinds ``tool_call`` and ``tool_result``). Keyword fields apply to
         entries that do not set their own. Each batch of ``batch_size`` items is one
         transaction; everything is checked before anything is written, a batch that fails
-        takes the batches before it out again (an add stores all its items or none), and items
-        whose client ids are stored unchanged are returned as they were (idempotent).
+        takes the items without ids of the batches before it out again (so a retry stores
+        nothing twice; items with ids stay, and the retry completes them), and items whose
+        client ids are stored unchanged are returned as they were (idempotent).
         """
         ident = self._ident(scope, user_id, agent_id, run_id)
         if ident.run is not None and session and session != ident.run:
@@ -611,9 +612,11 @@ class Memory:
                 rows = self._prepare([batch[i] for i in todo])
                 made: list[bool] = []
                 fresh = self._store.append(ident.scope, rows, encoder=encoder, created=made) if rows else []
-                # Only the rows this call wrote: one another writer stored meanwhile under the
-                # same id comes back too, and is that writer's to keep.
-                added.extend(it.id for it, new_row in zip(fresh, made, strict=True) if new_row)
+                # Only rows this call wrote, and only those without a client id: an id'd item
+                # another writer stored (or was told was stored: a client's retry) is theirs to
+                # keep, and a retry of id'd items completes them without storing any twice.
+                added.extend(it.id for it, new_row, row in zip(fresh, made, rows, strict=True)
+                             if new_row and row.item.id is None)
                 written = iter(fresh)
                 out.extend(have[i] if i in have else next(written) for i in range(len(batch)))
                 if progress is not None:
@@ -630,10 +633,11 @@ class Memory:
         return out
 
     def _take_back(self, scope: str, ids: Sequence[str], exc: BaseException) -> None:
-        """Forget, by id, the items an add stored before one of its later batches failed (an
-        embedder that gave out, a full disk, Ctrl-C), so the add stores all its items or none:
-        a retry of items without ids would otherwise store the first batches twice. Only rows
-        this add wrote go; other writers could read them meanwhile (each batch commits)."""
+        """Forget, by id, the items without client ids that an add stored before one of its
+        later batches failed (an embedder that gave out, a full disk, Ctrl-C): a retry would
+        otherwise store them twice. Items with client ids stay (a retry completes them, and
+        another writer may have been told they are stored); other readers could see the
+        taken-back rows meanwhile (each batch commits)."""
         if not ids:
             return
         try:

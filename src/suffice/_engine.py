@@ -168,8 +168,9 @@ def _model_lever(deep: str, fast: str, ok: bool) -> str:
         return f"{deep} wrote the answer (fast path: {fast})"
     return f"{deep} was asked to write the answer and failed; falling back to the fast path ({fast})"
 
-_CONTEXT_LEVERS = ("evidence", "dates", "updates")
-"""Levers that shaped the deep path's context: unused when the answer fell back to the fast one."""
+_CONTEXT_LEVERS = ("evidence", "dates")
+"""Levers that shaped the deep path's context: unused when the answer fell back to the fast one
+(the updates hint is not among them: the fast path sends its own)."""
 
 
 def _unused(levers: tuple[LeverReceipt, ...]) -> tuple[LeverReceipt, ...]:

@@ -105,8 +105,9 @@ def staged_folder(path: str | Path) -> Iterator[Path]:
                 os.replace(old, final)  # the old folder back where it was
             raise
     except OSError as exc:  # a mount point, a folder another program holds open, ...
+        moved = f"; the old folder is at {old}" if old is not None and old.exists() else ""
         raise ModelFileError(f"could not put the new folder at {final} ({exc}); what was written "
-                             f"is in {staging}") from exc
+                             f"is in {staging}{moved}") from exc
     _sync_folder(final.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -338,7 +338,10 @@ class Retriever:
         """The scope's views and vectors, extended with any items appended since last time."""
         for _ in range(5):
             idx = self._sync(scope)
-            if self.store.generation() == idx.generation:  # no forget or rebuild ran while we read
+            # No forget or rebuild in this scope ran while we read (another scope's must not
+            # make a tenant's query retry, and fail after five). A vector refused meanwhile
+            # because the generation moved is written by the next query.
+            if self.unchanged(idx):
                 return idx
         raise StoreError("the store keeps changing under this query (forgets in progress); try again")
 

@@ -346,8 +346,15 @@ class OpenAIHTTP:
                 ready.set()
 
         threading.Thread(target=send, name="suffice-http-send", daemon=True).start()
-        # A moment's grace: a socket timeout due at the same instant says more (which wait ran out)
-        ready.wait(max(until - time.monotonic(), 0.0) + 0.25)
+        try:
+            # A moment's grace: a socket timeout due at the same instant says more (which wait ran out)
+            ready.wait(max(until - time.monotonic(), 0.0) + 0.25)
+        except BaseException:  # Ctrl-C while waiting: the reply, now or later, goes unread
+            with lock:
+                box["gone"] = True
+                if "resp" in box:
+                    box["resp"].close()
+            raise
         with lock:
             if not ready.is_set():
                 box["gone"] = True

@@ -582,7 +582,7 @@ class PostgresStore:
             return []
         now = time.time()
 
-        def write(c: psycopg.Connection[Any]) -> list[Item]:
+        def write(c: psycopg.Connection[Any]) -> tuple[list[Item], list[bool]]:
             stored: dict[str, Item] = {}
             if ids:
                 for r in c.execute(f"SELECT {_COLUMNS} FROM items WHERE scope = %s AND id = ANY(%s)",
@@ -612,11 +612,12 @@ class PostgresStore:
                 out.append(item)
             if fresh:
                 self._insert(c, scope, fresh, encoder, now)
-            if created is not None:
-                created.extend(made)
-            return out
+            return out, made
 
-        return self._tx(scope, write)
+        out, made = self._tx(scope, write)
+        if created is not None:  # only once the transaction committed (a retried one runs again)
+            created.extend(made)
+        return out
 
     def _insert(self, c: psycopg.Connection[Any], scope: str, fresh: Sequence[tuple[int, ItemRow, Item]],
                 encoder: str, now: float) -> None:
