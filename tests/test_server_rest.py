@@ -212,13 +212,20 @@ def test_the_openapi_schema_lists_every_route(dev):
             "/v1/ask", "/v1/forget", "/v1/stats", "/v1/scopes", "/v1/health"} <= set(paths)
 
 
-def test_a_write_past_the_deadline_says_it_goes_on_and_a_resend_stores_nothing_twice(tmp_path):
-    class SlowEmbedder(HashEmbedder):
-        def embed(self, texts):  # type: ignore[no-untyped-def]
-            time.sleep(1.0)
-            return super().embed(texts)
+class SlowEmbedder(HashEmbedder):
+    """Takes ``seconds`` over every batch it embeds: a write that outlasts a server deadline."""
 
-    with Memory(tmp_path / "s.db", embedder=SlowEmbedder()) as m:
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        time.sleep(self.seconds)
+        return super().embed(texts)
+
+
+def test_a_write_past_the_deadline_says_it_goes_on_and_a_resend_stores_nothing_twice(tmp_path):
+    with Memory(tmp_path / "s.db", embedder=SlowEmbedder(1.0)) as m:
         with serving(create_app(m, settings=ServerSettings(deadline_s=0.2))) as url:
             body = {"user_id": "ana", "items": [{"text": "Ana moved to Lisbon.", "id": "move"}]}
             r = httpx.post(f"{url}/v1/items", json=body, timeout=20)
@@ -270,12 +277,7 @@ def test_a_write_queued_behind_others_still_runs_when_its_deadline_passes(tmp_pa
     """A queued write was cancelled at its deadline, while its 504 said that it completes."""
     from suffice import AsyncMemory
 
-    class SlowEmbedder(HashEmbedder):
-        def embed(self, texts):  # type: ignore[no-untyped-def]
-            time.sleep(0.6)
-            return super().embed(texts)
-
-    with Memory(tmp_path / "s.db", embedder=SlowEmbedder()) as m:
+    with Memory(tmp_path / "s.db", embedder=SlowEmbedder(0.6)) as m:
         one_thread = AsyncMemory(m, workers=1)
         with serving(create_app(one_thread, settings=ServerSettings(deadline_s=0.2))) as url:
             def write(name: str) -> int:

@@ -87,6 +87,9 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
         old.update({r["key"]: r for r in read_results(tmp)})
         tmp.unlink()
     rts = routers(llm, extra_routers)
+    # A score is reused for the same router reading the same input: the router's settings and
+    # weights, and what the fast reader reads (budget and configs).
+    rprints = {rt.name: digest({"router": router_identity(rt), "input": prints["fast"]}) for rt in rts}
     asked = questions_of(items)
     engine = Engine(mem.store, mem.retriever, mem.renderer, llm)
     config = mem.engine_config.replace(reader_budget=budget)
@@ -139,9 +142,7 @@ def run(mem: Memory, llm: LLM, items: Sequence[QAItem], out: Path, *, budget: in
             rec["context_ms"] = rec["fast"]["receipt"]["stages_ms"].get("context", 0.0)
             scored = rec.setdefault("routers", {})
             for rt in rts:
-                # A score is reused for the same router reading the same input: the router's
-                # settings and weights, and what the fast reader reads (budget and configs).
-                rprint = digest({"router": router_identity(rt), "input": prints["fast"]})
+                rprint = rprints[rt.name]
                 if scored.get(rt.name, {}).get("fingerprint") == rprint:
                     continue
                 ledger = Ledger()

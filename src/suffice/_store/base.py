@@ -213,11 +213,9 @@ def validate_item(item: NewItem, index: int) -> None:
             raise InvalidItemError(f"{where}: {name} is not valid unicode (lone surrogate)")
     if not isinstance(item.meta, Mapping):
         raise InvalidItemError(f"{where}: meta must be a mapping, got {type(item.meta).__name__}")
-    if too_deep(item.meta, META_MAX_DEPTH):
-        raise InvalidItemError(f"{where}: meta is nested more than {META_MAX_DEPTH} levels deep")
-    if not text_keys(item.meta):
-        # JSON would store {1: "a"} as {"1": "a"}: what comes back would not be what was given
-        raise InvalidItemError(f"{where}: meta keys must be text, at every depth")
+    shape = meta_shape(item.meta, META_MAX_DEPTH)
+    if shape is not None:
+        raise InvalidItemError(f"{where}: meta {shape}")
     try:
         # As the stores write it (sorted keys): keys of mixed kinds cannot be sorted.
         json.dumps(item.meta, allow_nan=False, ensure_ascii=False, sort_keys=True).encode("utf-8")
@@ -235,32 +233,26 @@ writers and readers (Python's, FastAPI's) give out, so every item that is stored
 back on every surface."""
 
 
-def too_deep(value: object, limit: int) -> bool:
-    """Whether mappings and lists nest in ``value`` more than ``limit`` levels deep; walked with
-    a stack, so a value nested thousands deep is answered, not a RecursionError."""
+def meta_shape(value: object, limit: int) -> str | None:
+    """What is wrong with the shape of ``value``, else None: mappings and lists nested more
+    than ``limit`` levels deep (said first), or a key that is not text anywhere (JSON would
+    store ``{1: "a"}`` as ``{"1": "a"}``, so what came back would not be what was given).
+    Walked with a stack, so a value nested thousands deep is answered, not a RecursionError."""
     stack: list[tuple[object, int]] = [(value, 1)]
+    bad_key = False
     while stack:
         v, depth = stack.pop()
         if isinstance(v, Mapping):
+            bad_key = bad_key or not all(isinstance(k, str) for k in v)
             children: Any = v.values()
         elif isinstance(v, (list, tuple)):
             children = v
         else:
             continue
         if depth > limit:
-            return True
+            return f"is nested more than {limit} levels deep"
         stack.extend((c, depth + 1) for c in children)
-    return False
-
-
-def text_keys(value: object) -> bool:
-    """Whether every mapping in ``value`` (at any depth; bounded by :func:`too_deep`) has only
-    string keys."""
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) for k in value) and all(text_keys(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(text_keys(v) for v in value)
-    return True
+    return "keys must be text, at every depth" if bad_key else None
 
 
 def has_nul(value: object) -> bool:
