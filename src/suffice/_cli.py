@@ -683,6 +683,17 @@ def tier_strategy(mem: Any, strategy: str, tier_models: str | None, make: Callab
         mem.tier_models = {tier: make(name) for tier, name in zip(("low", "mid", "high"), names, strict=True)}
 
 
+def variant_list(text: str, known: Sequence[str]) -> list[str]:
+    """A benchmark's ``--variants``: comma-separated names, each one of ``known``, at least one."""
+    wanted = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in wanted if v not in known]
+    if bad:
+        fail(f"unknown variant(s) {', '.join(bad)}; use {', '.join(known)}")
+    if not wanted:
+        fail(f"--variants names none; use one or more of {', '.join(known)}")
+    return wanted
+
+
 RECORD_FIELDS = {
     "qa": {"variant", "key", "em"},
     "tiers": {"variant", "key", "pipeline_usd"},
@@ -785,12 +796,7 @@ def bench_qa(
         from ._bench import qa
         from ._bench.report import envelope, write_json
         from ._datasets.locomo import default_path
-        wanted = [v.strip() for v in variants.split(",") if v.strip()]
-        bad = [v for v in wanted if v not in qa.VARIANTS]
-        if bad:
-            fail(f"unknown variant(s) {', '.join(bad)}; use {', '.join(qa.VARIANTS)}")
-        if not wanted:
-            fail(f"--variants names none; use one or more of {', '.join(qa.VARIANTS)}")
+        wanted = variant_list(variants, qa.VARIANTS)
         llm = make_reader(provider, model, base_url)  # a bad provider fails before the ingest
         convs, items, mem = locomo_run(data, limit, store)
         with progress_bar("questions", len(items)) as advance:
@@ -1043,12 +1049,7 @@ def _agent_qa(dataset: str, data: Path | None, sources: int | None, per_source: 
               deep_model: str | None = None) -> None:
     from ._bench import agent_qa
     bench_files("agent qa", out_path, json_out=json_out, inputs=(data, store, cache))
-    wanted = [v.strip() for v in variants.split(",") if v.strip()]
-    bad = [v for v in wanted if v not in agent_qa.VARIANTS]
-    if bad:
-        fail(f"unknown variant(s) {', '.join(bad)}; use {', '.join(agent_qa.VARIANTS)}")
-    if not wanted:
-        fail(f"--variants names none; use one or more of {', '.join(agent_qa.VARIANTS)}")
+    wanted = variant_list(variants, agent_qa.VARIANTS)
     wanted = [v for v in agent_qa.VARIANTS if v in wanted]  # auto after fast and deep: replays
     llm = cached_reader(provider, model, base_url, cache)
     judge_llm = _agent_qa_judge(use_judge, judge_provider, judge_model, judge_base_url, cache)
