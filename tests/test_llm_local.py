@@ -293,3 +293,29 @@ def test_a_cache_dir_that_is_a_file_or_a_provider_that_is_no_name_is_a_config_er
         cache_dir()
     with pytest.raises(ConfigError, match="provider must be a name"):
         make_llm(None)  # type: ignore[arg-type]
+
+
+def test_own_model_files_of_one_name_and_size_have_different_identities(tmp_path: Path) -> None:
+    """A replaced GGUF (another fine-tune or quantisation of the same size) must not replay the
+    first one's cached answers: its identity reads the content, not just the name and size."""
+    first, second, copy = tmp_path / "a" / "model.gguf", tmp_path / "b" / "model.gguf", tmp_path / "c" / "model.gguf"
+    body = os.urandom(3 << 20)
+    for path, data in ((first, body), (second, body[:-10] + b"0123456789"), (copy, body)):
+        path.parent.mkdir()
+        path.write_bytes(m.GGUF_MAGIC + data)
+    assert m.weights_identity(first, first) != m.weights_identity(second, second)
+    assert m.weights_identity(first, first) == m.weights_identity(copy, copy)
+    assert m.weights_identity(first, first).startswith("model.gguf ")
+
+
+def test_shipped_models_are_known_by_name_and_size(tmp_path: Path) -> None:
+    """Their pinned sha256 vouches for the content, and caches keyed so far stay valid."""
+    path = tmp_path / "smollm2.gguf"
+    path.write_bytes(m.GGUF_MAGIC + b"x" * 100)
+    assert m.weights_identity("smollm2-135m", path) == f"smollm2.gguf {path.stat().st_size}"
+
+
+@pytest.mark.llm
+def test_a_loaded_model_is_cached_under_its_weights_identity(smol: LocalLlama) -> None:
+    assert smol.identity == m.weights_identity(smollm2_path(), smollm2_path())
+    assert len(smol.identity.split()) == 3  # loaded by path: name, size and content digest

@@ -34,7 +34,7 @@ from .base import (
     record_call,
     remaining_s,
 )
-from .models import model_name, resolve_model
+from .models import model_name, resolve_model, weights_identity
 from .pricing import price_for
 
 
@@ -80,8 +80,9 @@ class LocalLlama:
         self.model = model_name(model_path)
         self.price = prices if isinstance(prices, Price) else price_for(self.model, prices)
         self.endpoint = f"local:{self.path.name}"
-        self.identity = f"{self.path.name} {self.path.stat().st_size}"
-        """Which weights answer: two files of one name (q4 and q8) are cached apart."""
+        self.identity = weights_identity(model_path, self.path)
+        """Which weights answer: two files of one name (q4 and q8, or two fine-tunes of one
+        size) are cached apart."""
         self._lock = threading.Lock()
         self._llama_cpp = llama_cpp
         self._load_args = {"n_threads": n_threads, "seed": seed, "logits_all": False, "verbose": verbose}

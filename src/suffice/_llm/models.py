@@ -138,6 +138,36 @@ def verify_sha256(path: Path, expected: str) -> None:
         _verified[key] = expected
 
 
+FINGERPRINT_BLOCKS = 16
+"""Evenly spaced blocks :func:`weights_identity` reads from a user's own model file."""
+FINGERPRINT_BLOCK = 1 << 18
+
+
+def weights_identity(name_or_path: str | os.PathLike[str] | None, path: Path) -> str:
+    """What tells one model's weights from another's, for caches of its answers.
+
+    A shipped model's content is vouched for by its pinned sha256 (checked on load), so its
+    file name and size suffice. A user's own file may be replaced by another of the same name
+    and size (a requantised or fine-tuned copy), so its identity adds a digest of its first and
+    last blocks and of blocks spread evenly between: a few megabytes read, where hashing the
+    whole file would read gigabytes at every start.
+    """
+    size = path.stat().st_size
+    base = f"{path.name} {size}"
+    if model_name(name_or_path) in MODELS:
+        return base
+    h = hashlib.sha256(str(size).encode())
+    step = max(1, size // FINGERPRINT_BLOCKS)
+    try:
+        with path.open("rb") as fh:
+            for offset in sorted({*range(0, size, step), max(0, size - FINGERPRINT_BLOCK)}):
+                fh.seek(offset)
+                h.update(fh.read(FINGERPRINT_BLOCK))
+    except OSError as exc:
+        raise ModelFileError(f"model file {path} cannot be read: {exc}") from exc
+    return f"{base} {h.hexdigest()[:16]}"
+
+
 def _package_dir(import_name: str) -> Path | None:
     """Directory of an installed package, found without importing (running) it."""
     try:
