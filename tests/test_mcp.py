@@ -507,3 +507,30 @@ def test_a_store_error_does_not_tell_the_client_where_the_store_lives(tmp_path: 
     exc = StoreError(f"store {db}: locked")
     exc.add_note(f"see {db}")
     assert "hidden-place" not in json.dumps(error_json(exc, hide=(str(db),)))
+
+
+def test_an_argument_a_tool_does_not_take_is_refused_not_dropped(tmp_path: Path) -> None:
+    """Dropped silently, a misspelt `userId` wrote to the shared scope and `agent_id` on forget
+    widened it to the whole user's memory."""
+    mem = Memory(tmp_path / "args.db", embedder=HashEmbedder())
+    mem.add(["ana's note", "x's note"], user_id="ana")
+    mem.add("x's own", user_id="ana", agent_id="x")
+    server = build_mcp_server(mem, llm=ScriptedLLM("x"))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            text = error_text(await client.call_tool("forget", {"user_id": "ana", "agent_id": "x",
+                                                               "everything": True}))
+            assert text.startswith("InvalidInputError: forget takes no argument 'agent_id'")
+            text = error_text(await client.call_tool("remember", {"items": ["carol's secret"],
+                                                                  "userId": "carol"}))
+            assert text.startswith("InvalidInputError: remember takes no argument 'userId'")
+            assert "user_id" in text  # the message lists what the tool does take
+
+    try:
+        run(main, 30)
+    finally:
+        mem.close()
+    again = Memory(tmp_path / "args.db", embedder=HashEmbedder())
+    assert len(again.items(user_id="ana")) == 3
+    assert again.items() == []  # nothing went to the default scope

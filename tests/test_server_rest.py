@@ -341,3 +341,17 @@ def test_an_error_naming_where_the_server_keeps_its_models_hides_the_path(tmp_pa
             body = {"user_id": "ana", "question": "Where?", "tiered": True, "mode": "deep"}
             r = httpx.post(f"{url}/v1/ask", json=body, timeout=30)
     assert r.status_code == 500 and "secret-models" not in r.text, r.text
+
+
+def test_item_objects_take_the_calls_fields_they_do_not_name_as_strings_do(dev, mem):
+    """An object item used to lose the call's session, agent and meta to the model's defaults:
+    stored under no session, a forget of the session left it behind."""
+    r = httpx.post(f"{dev}/v1/items", json={
+        "user_id": "cy", "agent_id": "x", "session": "chat-42", "meta": {"src": "app"},
+        "items": ["plain", {"text": "as object", "id": "p1"}, {"text": "own session", "session": "s2"}]})
+    assert r.status_code == 201, r.text
+    got = {it.text: it for it in mem.items(user_id="cy", agent_id="x")}
+    assert got["as object"].session == got["plain"].session == "chat-42"
+    assert got["as object"].agent == "x" and got["as object"].meta == {"src": "app"}
+    assert got["own session"].session == "s2"  # a field the item names is its own
+    assert httpx.get(f"{dev}/v1/items/p1", params={"user_id": "cy", "agent_id": "x"}).status_code == 200

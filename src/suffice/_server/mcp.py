@@ -65,6 +65,15 @@ class _Server(MCPServer[Any]):
     pydantic's multi-line dump with a link in it."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None and isinstance(arguments, dict):
+            # The SDK drops argument names it does not know. A misspelt `userId` would then
+            # write to the shared scope, and `agent_id` on forget would widen it to the scope.
+            known = set(tool.parameters.get("properties", {}))
+            unknown = sorted(set(arguments) - known)
+            if unknown:
+                raise ToolError(f"InvalidInputError: {name} takes no argument "
+                                f"{', '.join(map(repr, unknown))}; it takes {', '.join(sorted(known))}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

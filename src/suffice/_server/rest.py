@@ -370,7 +370,8 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
         """Store turns or steps verbatim, in one transaction per batch; ids make it idempotent."""
         if len(body.items) > conf.max_items:
             raise InvalidQueryError(f"{len(body.items)} items in one add; this server takes {conf.max_items}")
-        items = [it if isinstance(it, str) else it.model_dump() for it in body.items]
+        # Only the fields an item names: the rest come from the call (its session, agent, meta...).
+        items = [it if isinstance(it, str) else it.model_dump(exclude_unset=True) for it in body.items]
         stored = await within(mem.add(items, **body.ident(), session=body.session, speaker=body.speaker,
                                       role=body.role, kind=body.kind, observed_at=body.observed_at,
                                       meta=body.meta), conf.deadline_s, write=True)
