@@ -507,6 +507,16 @@ def test_cli_refusals_are_one_line_errors(source_path: Path, tmp_path: Path) -> 
     assert r.exit_code == 2 and "no store" in r.output
     r = runner.invoke(app, ["--db", str(source_path), "export", "--scope", "nobody"])
     assert r.exit_code == 2 and "nobody" in r.output
+    before = source_path.read_bytes()
+    for out in (source_path, Path(f"{source_path}-wal"), tmp_path):  # the store itself, its WAL, a folder
+        r = runner.invoke(app, ["--db", str(source_path), "export", "--out", str(out)])
+        assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+        assert "the store being exported" in r.output or "is a folder" in r.output
+    assert source_path.read_bytes() == before
+    blocked = tmp_path / "a-file"
+    blocked.write_text("x")
+    r = runner.invoke(app, ["--db", str(blocked / "x.db"), "add", "hi"])  # a file where its folder goes
+    assert r.exit_code == 2 and "cannot create the folder" in r.output and r.output.count("\n") == 1
 
 
 def test_a_refused_import_leaves_no_new_postgresql_schema_but_keeps_one_it_found(

@@ -179,7 +179,11 @@ class SQLiteStore:
                 raise StoreError(f"store path {self.path} is a directory; name a file")
             if not create and not p.exists():
                 raise StoreError(f"no store at {self.path}")
-            p.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file where a folder should be, no permission
+                raise StoreError(f"cannot create the folder of store {self.path}: "
+                                 f"{exc.strerror or exc}") from None
         self._max_retries = max_retries
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.RLock()

@@ -935,6 +935,10 @@ def export_jsonl(store: Store, out: str | os.PathLike[str] | IO[bytes], *,
         return TransferReport(store.path, str(getattr(out, "name", "<stream>")), tuple(summaries),
                               tuple(summaries), len(audit), len(audit), True, tuple(issues), checked=False)
     path = Path(out)
+    if path.is_dir():
+        raise InvalidInputError(f"cannot write {path}: it is a folder; name a file")
+    if store.path != ":memory:" and _same_file(path, Path(store.path)):
+        raise InvalidInputError(f"{path} is the store being exported; name another file")
     with ExitStack() as stack:  # a failure below removes the temporary file; the old one stays
         try:
             f = stack.enter_context(atomic_file(path))
@@ -948,6 +952,18 @@ def export_jsonl(store: Store, out: str | os.PathLike[str] | IO[bytes], *,
     config = store.load_config()
     return TransferReport(store.path, str(path), tuple(summaries), tuple(scan.summaries), len(audit),
                           len(scan.audit) if scan.audit == audit else 0, scan.header.get("config") == config)
+
+
+def _same_file(path: Path, store: Path) -> bool:
+    """Whether writing ``path`` would replace the store's file or its WAL or shared-memory
+    file (an export named like the database would leave it a JSONL file)."""
+    targets = [store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")]
+    try:
+        mine = path.resolve()
+        return any(mine == t.resolve() or (path.exists() and t.exists() and os.path.samefile(path, t))
+                   for t in targets)
+    except OSError:
+        return False
 
 
 def import_jsonl(store: Store, src: str | os.PathLike[str] | IO[bytes], *,
