@@ -91,7 +91,8 @@ def test_judge_file_grades_every_answer_in_place_and_resumes(tmp_path) -> None:
 
 @pytest.mark.parametrize("text", ['{"schema": 1, "kind": "suffice export"}\n{"text": "a stored item"}\n',
                                   '{"key": "a", "answer": "x"}\nnot json\n{"key": "b", "answer": "y"}\n',
-                                  '{"benchmark": "qa", "results": {"f1": 30.1}}\n'])
+                                  '{"benchmark": "qa", "results": {"f1": 30.1}}\n',
+                                  'hello\n'])  # one line of a note: not a record cut short
 def test_judge_file_leaves_a_file_that_is_not_a_results_file_as_it_is(tmp_path, text) -> None:
     """It rewrote whatever it was given: an export lost its digest, a bad line was deleted."""
     from suffice import InvalidInputError

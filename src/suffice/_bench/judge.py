@@ -110,7 +110,7 @@ def _results_file(path: Path) -> list[dict[str, Any]]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            if n == len(lines):
+            if n == len(lines) and recs:  # a cut line after records; a lone line is no record
                 continue
             raise InvalidInputError(f"{path}:{n}: not JSON; not a results file of bench qa or "
                                     "progressive, so it is left as it is") from None
