@@ -534,3 +534,23 @@ def test_an_argument_a_tool_does_not_take_is_refused_not_dropped(tmp_path: Path)
     again = Memory(tmp_path / "args.db", embedder=HashEmbedder())
     assert len(again.items(user_id="ana")) == 3
     assert again.items() == []  # nothing went to the default scope
+
+
+def test_arguments_must_have_their_json_type_not_one_that_converts(tmp_path: Path) -> None:
+    """`everything: "yes"` passed as true and wiped the scope; `"100"` passed as a budget."""
+    mem = Memory(tmp_path / "strict.db", embedder=HashEmbedder())
+    mem.add(["kept"], scope="s")
+    server = build_mcp_server(mem, llm=ScriptedLLM("x"))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            for tool, args in (("forget", {"scope": "s", "everything": "yes"}),
+                               ("recall", {"scope": "s", "query": "kept", "budget_tokens": "100"}),
+                               ("list", {"scope": "s", "limit": True})):
+                assert error_text(await client.call_tool(tool, args)).startswith("InvalidInputError"), tool
+            assert ok(await client.call_tool("list", {"scope": "s", "limit": 5}))["items"]
+
+    try:
+        run(main, 30)
+    finally:
+        mem.close()

@@ -355,3 +355,13 @@ def test_item_objects_take_the_calls_fields_they_do_not_name_as_strings_do(dev, 
     assert got["as object"].agent == "x" and got["as object"].meta == {"src": "app"}
     assert got["own session"].session == "s2"  # a field the item names is its own
     assert httpx.get(f"{dev}/v1/items/p1", params={"user_id": "cy", "agent_id": "x"}).status_code == 200
+
+
+def test_fields_must_have_their_json_type_not_one_that_converts(dev, mem):
+    """`"everything": "yes"` passed as true and forgot the whole scope."""
+    for route, body in (("forget", {"user_id": "ana", "everything": "yes"}),
+                        ("search", {"user_id": "ana", "query": "Lisbon", "k": True}),
+                        ("render", {"user_id": "ana", "query": "Lisbon", "budget_tokens": "300"})):
+        r = httpx.post(f"{dev}/v1/{route}", json=body)
+        assert r.status_code == 422, (route, r.text)
+    assert len(mem.items(user_id="ana")) == 2

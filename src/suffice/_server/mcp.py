@@ -530,11 +530,11 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
     async def recall(
         query: Annotated[str, Field(max_length=MAX_TEXT, description=(
             "What the memory is for (a question, the task at hand); empty: the timeline alone."))] = "",
-        budget_tokens: Annotated[int, Field(ge=1, le=MAX_BUDGET, description=(
+        budget_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_BUDGET, description=(
             "Most tokens (o200k) the rendered memory may take."))] = 2000,
         mode: Annotated[Literal["unit", "piece", "unit+piece", "timeline"] | None, Field(description=(
             "What fills the budget beside the timeline; default: the server's render config."))] = None,
-        agent_mode: Annotated[bool, Field(description=(
+        agent_mode: Annotated[bool, Field(strict=True, description=(
             "Keep the newest items verbatim first (for an agent's working memory)."))] = False,
         scope: ScopeArg = None, user_id: UserArg = None, agent_id: AgentArg = None,
         run_id: RunArg = None, session: SessionArg = None, speaker: SpeakerArg = None,
@@ -554,12 +554,12 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
             "fast: answer from the retrieved evidence at once; deep: memory agents read the "
             "relevant stretches first (slower, for questions that span much); auto: deep only "
             "when the evidence does not suffice."))] = "fast",
-        budget: Annotated[int | None, Field(ge=1, le=MAX_BUDGET, description=(
+        budget: Annotated[int | None, Field(strict=True, ge=1, le=MAX_BUDGET, description=(
             "Tokens of context the reader gets (default: the engine's)."))] = None,
-        timeout_s: Annotated[float | None, Field(gt=0, le=MAX_ASK_SECONDS, description=(
+        timeout_s: Annotated[float | None, Field(strict=True, gt=0, le=MAX_ASK_SECONDS, description=(
             "Seconds for the whole question, model calls included; then it answers from "
             f"what it has (default {ASK_DEADLINE_S:.0f})."))] = None,
-        tau: Annotated[float | None, Field(ge=0.0, le=1.0, description=(
+        tau: Annotated[float | None, Field(strict=True, ge=0.0, le=1.0, description=(
             "With mode auto: the router score at which the fast answer stands."))] = None,
         scope: ScopeArg = None, user_id: UserArg = None, agent_id: AgentArg = None,
         run_id: RunArg = None, session: SessionArg = None, speaker: SpeakerArg = None,
@@ -581,9 +581,9 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         run_id: RunArg = None, session: SessionArg = None, speaker: SpeakerArg = None,
         kind: KindArg = None, role: RoleArg = None, since: SinceArg = None, until: UntilArg = None,
         meta: MetaArg = None,
-        offset: Annotated[int, Field(ge=0, le=1_000_000, description="Skip this many matching items.")] = 0,
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Return at most this many.")] = 50,
-        newest_first: Annotated[bool, Field(description="Newest items first.")] = False,
+        offset: Annotated[int, Field(strict=True, ge=0, le=1_000_000, description="Skip this many matching items.")] = 0,
+        limit: Annotated[int, Field(strict=True, ge=1, le=MAX_LIST, description="Return at most this many.")] = 50,
+        newest_first: Annotated[bool, Field(strict=True, description="Newest items first.")] = False,
     ) -> Annotated[CallToolResult, ItemsOut]:
         """List stored items in the order they happened (or newest first), filtered and paged.
         Fewer than ``limit`` items back means there are no more."""
@@ -597,7 +597,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
             max_length=MAX_ITEMS, description="Forget these items (by id).")] = None,
         session: Annotated[str | None, Field(max_length=MAX_NAME, description=(
             "Forget this session."))] = None,
-        everything: Annotated[bool, Field(description=(
+        everything: Annotated[bool, Field(strict=True, description=(
             "Forget the whole scope (or run). Needed when neither ids nor session is given, so "
             "a call cannot wipe a memory by leaving arguments out."))] = False,
         scope: ScopeArg = None, user_id: UserArg = None, run_id: RunArg = None,
@@ -622,9 +622,9 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
     async def fit(
         messages: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=MAX_ITEMS * 10, description=(
             "The agent's whole running message list, OpenAI format."))],
-        budget_tokens: Annotated[int, Field(ge=1, le=MAX_BUDGET, description=(
+        budget_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_BUDGET, description=(
             "Most tokens the returned messages may take."))],
-        recent_share: Annotated[float, Field(gt=0.0, le=1.0, description=(
+        recent_share: Annotated[float, Field(strict=True, gt=0.0, le=1.0, description=(
             "Share of the budget kept verbatim as the newest messages."))] = 0.25,
         query: Annotated[str | None, Field(max_length=MAX_TEXT, description=(
             "What the memory is for (default: the newest user text)."))] = None,

@@ -83,7 +83,8 @@ def server_settings() -> ServerSettings:
 # -- request bodies ---------------------------------------------------------------------------------
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: JSON types as sent ("yes" is not true, "100" not 100: `everything: "yes"` wiped a scope).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Where(_Body):
