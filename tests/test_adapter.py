@@ -4,11 +4,13 @@ every message stored once."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
 from suffice import AccessDeniedError, BudgetError, HashEmbedder, InvalidItemError, Memory
-from suffice._adapter import message_tokens
+from suffice._adapter import CUT_MARKER, message_tokens
 from suffice._server.wire import to_json, without_timings
 
 SYSTEM = {"role": "system", "content": "You are a coding agent. Use the bash tool."}
@@ -83,7 +85,9 @@ def test_bad_input_is_refused_and_nothing_is_stored(mem):
 
 def test_the_newest_results_come_with_the_call_that_asked_for_them(mem):
     msgs = run(30)
-    msgs[-1] = {"role": "tool", "tool_call_id": "c29", "content": "x = 1\n" * 90}  # a result is newest
+    msgs[-3]["tool_calls"].append({"id": "c29b", "type": "function",
+                                   "function": {"name": "bash", "arguments": "{}"}})
+    msgs[-1] = {"role": "tool", "tool_call_id": "c29b", "content": "x = 1\n" * 90}  # a result is newest
     fitted = mem.fit(msgs, 1000, scope="run-1")   # the window (250) holds the result, not its call
     assert fitted.tokens <= 1000
     assert fitted.messages[-fitted.kept_recent:] == msgs[-3:]   # call, its first result, the newest
@@ -367,3 +371,106 @@ def test_a_users_message_that_begins_like_memory_is_kept(mem):
     msgs = [SYSTEM, {"role": "user", "content": "Memory of earlier steps is hazy; what did we do?"}]
     fitted = mem.fit(msgs, 500, scope="run-1")
     assert fitted.messages == msgs and fitted.stored == 1
+
+
+# -- what agent frameworks send (an audit's findings, 2026-12-05) ----------------------------------
+
+
+def test_two_agents_of_one_user_may_open_with_the_same_message():
+    """Ids came from session and position only: the second agent's first message clashed with
+    the first agent's (ConflictError on every call)."""
+    m = Memory(":memory:", embedder=HashEmbedder())
+    opening = [SYSTEM, {"role": "user", "content": "Book me a flight to Oslo."}]
+    for run_id in (None, "trip-7"):
+        for agent in ("planner", "booker"):
+            m.fit([*opening, {"role": "assistant", "content": f"{agent} on it"}], 500,
+                  user_id=f"u-{run_id}", agent_id=agent, run_id=run_id)
+        assert {it.agent for it in m.items(user_id=f"u-{run_id}")} == {"planner", "booker"}
+    m.close()
+
+
+def _words(n: int) -> str:
+    return " ".join(["alpha"] * n)
+
+
+def test_a_newest_turn_that_fits_whole_is_sent_whole(mem):
+    """It was refused (or cut) when it fit the budget but not beside the memory header."""
+    system = {"role": "system", "content": _words(990)}
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "w", "type": "function", "function": {
+        "name": "write_file", "arguments": json.dumps({"text": _words(4000)})}}]}
+    result = {"role": "tool", "tool_call_id": "w", "content": _words(2940)}
+    msgs = [system, {"role": "user", "content": "Write it."}, {"role": "assistant", "content": "On it."},
+            call, result]
+    assert sum(message_tokens(x) for x in (system, call, result)) <= 8000
+    fitted = mem.fit(msgs, 8000, scope="s")
+    assert fitted.messages[-2:] == [call, result] and fitted.tokens <= 8000
+    over = {**result, "content": _words(3080)}  # a little over: the result is cut, not refused
+    fitted = mem.fit([*msgs[:-1], over], 8000, scope="s2")
+    assert fitted.messages[-2] == call and CUT_MARKER in fitted.messages[-1]["content"]
+    assert fitted.tokens <= 8000
+
+
+def test_a_tool_result_with_nul_bytes_is_sent_as_it_came_and_stored_with_them_replaced(mem):
+    """Every later step of the run failed on it (no store takes NUL)."""
+    raw = "PK\x03\x04\x00\x00 binary head \udce9"
+    msgs = [SYSTEM, {"role": "user", "content": "Look at data.bin"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "h", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "h", "content": raw}]
+    for step in range(3):
+        msgs.append({"role": "assistant", "content": f"step {step}"})
+        fitted = mem.fit(msgs, 2000, scope="s")
+        assert fitted.messages[3]["content"] == raw
+    stored = [it for it in mem.items(scope="s") if it.kind == "tool_result"]
+    assert len(stored) == 1 and stored[0].text == "PK\x03\x04\ufffd\ufffd binary head \ufffd"
+    assert stored[0].meta["replaced_characters"] == 3
+
+
+def test_the_runs_task_leads_the_memory_when_the_window_left_it_out(mem):
+    """Asked to "continue", the render for that step dropped the task at some budgets."""
+    msgs = [*run(60), {"role": "assistant", "content": "Done with that file."},
+            {"role": "user", "content": "continue"}]
+    for budget in (1000, 3000, 8000, 12000):
+        fitted = mem.fit(msgs, budget, scope=f"s{budget}")
+        memory = fitted.messages[1]["content"]
+        assert "Fix the bug where read_csv drops the last row." in memory, budget
+        assert fitted.tokens <= budget
+    again = mem.fit([*fitted.messages, {"role": "user", "content": "continue"}], 3000, scope="s12000")
+    assert "read_csv drops the last row" in again.messages[1]["content"]  # sent back: read from the store
+
+
+def test_errors_name_the_message_by_its_place_in_the_list_as_sent_back(mem):
+    fitted = mem.fit(run(40), 600, scope="s")
+    sent_back = [*fitted.messages, {"role": "user", "content": 7}]
+    with pytest.raises(InvalidItemError, match=f"message {len(sent_back) - 1}: content"):
+        mem.fit(sent_back, 600, scope="s")
+
+
+@pytest.mark.parametrize("msgs, message", [
+    ([{"role": "user", "content": "go"}, {"role": "tool", "content": "ok"}],
+     "message 2: a tool result needs"),
+    ([{"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function",
+      "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "b", "content": "x"}],
+     "message 2: it answers tool call 'b'"),
+    ([{"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function",
+      "function": {"name": "f", "arguments": "{}"}}]}, {"role": "user", "content": "and?"}],
+     r"message 2: the tool call\(s\) 'a' of message 1 have no result"),
+])
+def test_tool_results_must_answer_the_calls_just_before_them(mem, msgs, message):
+    """Chat APIs refuse such a list; fit said nothing and sent it on."""
+    with pytest.raises(InvalidItemError, match=message):
+        mem.fit([SYSTEM, *msgs], 500, scope="s")
+    assert not mem.store.has_scope("s")
+
+
+def test_calls_still_pending_at_the_end_are_fine(mem):
+    pending = {"role": "assistant", "content": None, "tool_calls": [{"id": "p", "type": "function",
+               "function": {"name": "f", "arguments": "{}"}}]}
+    fitted = mem.fit([SYSTEM, {"role": "user", "content": "go"}, pending], 500, scope="s")
+    assert fitted.messages[-1] == pending
+
+
+def test_an_image_counts_as_much_as_the_largest_one_costs():
+    shot = {"role": "user", "content": [{"type": "image_url",
+                                         "image_url": {"url": "data:image/png;base64,AA"}}]}
+    assert message_tokens(shot) >= 1445  # a tall screenshot at high detail, in OpenAI's accounting

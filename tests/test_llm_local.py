@@ -298,7 +298,7 @@ def test_a_cache_dir_that_is_a_file_or_a_provider_that_is_no_name_is_a_config_er
 def test_own_model_files_of_one_name_and_size_have_different_identities(tmp_path: Path) -> None:
     """A replaced GGUF (another fine-tune or quantisation of the same size) must not replay the
     first one's cached answers: its identity reads the content, not just the name and size."""
-    first, second, copy = tmp_path / "a" / "model.gguf", tmp_path / "b" / "model.gguf", tmp_path / "c" / "model.gguf"
+    first, second, copy = (tmp_path / d / "model.gguf" for d in ("a", "b", "c"))
     body = os.urandom(3 << 20)
     for path, data in ((first, body), (second, body[:-10] + b"0123456789"), (copy, body)):
         path.parent.mkdir()

@@ -32,15 +32,21 @@ Add = Callable[[list[dict[str, Any]], str, str], list[Item]]
 
 MESSAGE_OVERHEAD = 4
 """Tokens a chat format spends per message beyond its content (role and separators)."""
-PART_TOKENS = 765
-"""What a non-text content part (an image, audio, a file) is counted as: an image of
-1024 x 1024 at high detail in OpenAI's accounting. An estimate on the high side, so that a
-window of screenshots does not pass for a few tokens."""
+PART_TOKENS = 1_600
+"""What a non-text content part (an image, audio, a file) is counted as: the most an image
+costs at high detail in OpenAI's accounting (1,445, a tall screenshot) and about what
+Anthropic's counts for the largest image it reads unscaled. An upper bound, so that a window
+of screenshots never passes for less than it costs."""
 MEMORY_HEADER = "Memory of earlier steps (verbatim, in time order; a timeline line per part):"
 _STANDS_FOR = re.compile(re.escape(MEMORY_HEADER).replace(r"\(", r"\((\d+)\ earlier\ messages?;\ ", 1))
 """A memory message that says how many earlier messages it stands for, which lets a list sent
 back keep its messages' positions: the whole header, with the count in it."""
 LEADING_ROLES = ("system", "developer")
+TASK_HEAD = "The run's task (its first user message):"
+TASK_SHARE = 0.5
+"""Most of the memory's tokens the pinned task may take; a longer one is shown cut."""
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+"""Characters no store takes (NUL; lone surrogates, which UTF-8 cannot hold)."""
 MEMORY_ROLES = ("system", "developer", "user")
 RESULT_ROLES = ("tool", "function")
 
@@ -132,7 +138,8 @@ def _message_id(session: str, index: int, msg: Mapping[str, Any]) -> str:
     ``{"role": "assistant", "content": None, "tool_calls": [...]}`` of earlier versions."""
     body = json.dumps({"content": None, **_without_nulls(msg)}, ensure_ascii=False, sort_keys=True,
                       default=str)
-    return f"{session}:{index}:{hashlib.sha256(body.encode('utf-8')).hexdigest()[:16]}"
+    digest = hashlib.sha256(body.encode('utf-8', 'surrogatepass')).hexdigest()  # a lone surrogate too
+    return f"{session}:{index}:{digest[:16]}"
 
 
 def _without_nulls(value: Any) -> Any:
@@ -159,9 +166,12 @@ def _memory_header(earlier: int) -> str:
 def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope: str,
                  messages: Sequence[Mapping[str, Any]], budget_tokens: int, *, session: str,
                  recent_share: float = 0.25, query: str | None = None, render: RenderConfig | None = None,
-                 memory_role: str = "system", flt: Filter | None = None) -> FittedMessages:
+                 memory_role: str = "system", flt: Filter | None = None,
+                 agent: str | None = None) -> FittedMessages:
     """See :meth:`suffice.Memory.fit`; the memory hands in how to write and how to render,
-    and ``flt``, what of the scope the render may draw on (the call's agent and run)."""
+    ``flt``, what of the scope the render may draw on (the call's agent and run), and
+    ``agent``, whose messages these are (part of their ids: two agents of one user may open
+    with the same message)."""
     if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens <= 0:
         raise BudgetError(f"budget_tokens must be a positive whole number, got {budget_tokens!r}")
     if isinstance(recent_share, bool) or not isinstance(recent_share, (int, float)) \
@@ -174,6 +184,7 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidItemError("messages must be a list of chat messages")
     msgs: list[dict[str, Any]] = []
+    at: list[int] = []  # each message's index in the caller's list, for errors
     # A list an earlier fit returned, sent back grown: its memory message stands for the
     # messages it replaced, so those after it keep their positions (and ids) in the whole run.
     resumed_at, earlier = len(messages) + 1, 0
@@ -183,15 +194,24 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
             raise InvalidItemError(f"message {i}: a chat message needs a 'role'")
         if not _is_memory(m):
             msgs.append(m)
+            at.append(i)
         elif (said := _STANDS_FOR.match(m["content"])) is not None:
             resumed_at, earlier = len(msgs), int(said.group(1))
     if not msgs:
         raise InvalidItemError("messages is empty")
-    for i, m in enumerate(msgs):  # numbered as the caller's list, before anything is written
+    for m, i in zip(msgs, at, strict=True):  # numbered as the caller's list, before anything is written
         check_message(m, i)
-        if _storable(m):
-            for new in message_items(m, i, {}):
-                validate_item(new, i)
+    _check_pairing(msgs, at)
+    # What is stored: each message with the characters no store takes replaced (a tool's raw
+    # bytes may hold NUL); it is sent on as it came. Refusing it would fail every later step.
+    copies = [_storable_copy(m) for m in msgs]
+    for c, i in zip(copies, at, strict=True):
+        if _storable(c):
+            try:
+                for new in message_items(c, i, {}):
+                    validate_item(new, i)
+            except InvalidItemError as exc:
+                raise InvalidItemError(str(exc).replace(f"item {i}", f"message {i}", 1)) from None
 
     lead = 0
     while lead < len(msgs) and msgs[lead]["role"] in LEADING_ROLES:
@@ -208,11 +228,12 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     def place(at: int) -> int:  # a message's position in the whole run
         return at + (earlier if at >= resumed_at else 0)
 
-    ids = [m.get("id") or _message_id(session, place(lead + i), m) for i, m in enumerate(body)]
+    id_session = f"{agent}/{session}" if agent else session
+    ids = [m.get("id") or _message_id(id_session, place(lead + i), m) for i, m in enumerate(body)]
     # Stored without null fields, as the ids are made: a history reloaded from JSON (where an
     # SDK wrote its nulls) is the same messages.
-    with_ids = [{**_without_nulls(m), "id": ident} for m, ident in zip(body, ids, strict=True)
-                if _storable(m)]
+    with_ids = [{**_without_nulls(c), "id": ident} for c, ident in zip(copies[lead:], ids, strict=True)
+                if _storable(c)]
     last_seq = renderer.store.max_seq(scope)  # -1 for a new scope
     stored = add(with_ids, scope, session) if with_ids else []
     written = sum(1 for it in stored if it.seq > last_seq)  # messages stored before come back as they were
@@ -230,17 +251,28 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     # list sent back always says how many messages it stands for.
     reserve = MESSAGE_OVERHEAD + count_tokens(_memory_header(len(messages) + earlier)) + 1
     start, used = _recent_window(msgs, costs, lead, fixed, max(budget_tokens - reserve, 1), recent_share)
-    recent = msgs[start:]
     cut_newest = False
-    if start == len(msgs):  # the newest message alone is over the budget: send it cut
-        newest = _newest_cut(msgs, costs, lead, budget_tokens - fixed)
+    turn = _newest_turn(msgs, lead)
+    if start == len(msgs) and fixed + sum(costs[turn:]) <= budget_tokens:
+        # The newest turn fits the budget whole, only not beside the memory header: it goes
+        # whole, and the header only if it still fits (below).
+        start, used = turn, sum(costs[turn:])
+    recent = msgs[start:]
+    if start == len(msgs):  # the newest turn alone is over the budget: send it cut
+        newest = _newest_cut(msgs, costs, lead, budget_tokens - fixed, reserve)
         if newest is None:
             # Sent without its newest turn, the list would ask the model about nothing (or be
             # empty): refuse, after storing it, so the caller can widen the budget.
-            kind = "tokens of tool calls, which cannot be cut" if _calls(msgs[-1]) else "tokens"
-            raise BudgetError(f"the newest message ({costs[-1]} {kind}) cannot be sent within "
-                              f"{budget_tokens} tokens, even cut, beside {fixed} tokens of system "
-                              "messages; it is stored")
+            call = _asking_call(msgs, len(msgs) - 1, lead) if msgs[-1]["role"] in RESULT_ROLES else None
+            if _calls(msgs[-1]):
+                what = f"the newest message ({costs[-1]} tokens of tool calls, which cannot be cut)"
+            elif call is not None:
+                what = (f"the newest message ({costs[-1]} tokens), a tool result, with the tool call "
+                        f"it answers ({costs[call]} tokens, which cannot be cut)")
+            else:
+                what = f"the newest message ({costs[-1]} tokens)"
+            raise BudgetError(f"{what} cannot be sent within {budget_tokens} tokens, even cut, "
+                              f"beside {fixed} tokens of system messages; it is stored")
         start, recent, cut_newest = len(msgs) - len(newest), newest, True
         used = sum(message_tokens(m) for m in newest)
 
@@ -256,11 +288,16 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
             (first_seq[ident] for ident in ids[start - lead:] if ident in first_seq), None)
         if cut is not None:
             flt = dataclasses.replace(flt or Filter(), before_seq=cut)
+        # The run's task leads the memory when the window left it out: a step asked with a
+        # nudge ("continue") says nothing of it, and the render for that step would drop it.
+        task = _task_block(renderer, scope, session, flt, ids[start - lead:], int(left * TASK_SHARE))
         q = query if query is not None else _last_text(msgs)
-        context = renderer.render(scope, q, left, config=render or RenderConfig.for_agent(),
-                                  retrieval=retrieval, flt=flt, agent=False)
-        if context.text:
-            middle = [{"role": memory_role, "content": f"{header}\n{context.text}"}]
+        room = left - (count_tokens(task) + 1 if task else 0)
+        context = renderer.render(scope, q, room, config=render or RenderConfig.for_agent(),
+                                  retrieval=retrieval, flt=flt, agent=False) if room > 0 else None
+        body_text = "\n".join(t for t in (task, context.text if context else "") if t)
+        if body_text:
+            middle = [{"role": memory_role, "content": f"{header}\n{body_text}"}]
     out = [*msgs[:lead], *middle, *recent]
     tokens = sum(message_tokens(m) for m in out)
     if tokens > budget_tokens and middle:  # token merges at the header's seam: never over budget
@@ -317,31 +354,47 @@ def _asking_call(msgs: Sequence[Mapping[str, Any]], result: int, lead: int) -> i
 CUT_MARKER = "[... part of this message left out here to fit the budget; all of it is in memory ...]"
 
 
-def _newest_cut(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead: int, room: int
-                ) -> list[dict[str, Any]] | None:
-    """The newest message cut to half of ``room`` (head and tail, marked), after the tool call
-    it answers: the model must still see the current turn, and a tool result may not come
-    without its call. The call's other results are sent whole when they fit beside it, else
-    every result of the call is cut to an equal share. None when that cannot be done (a newest
-    message of tool calls, whose arguments cannot be cut, or a call too long itself)."""
+def _newest_cut(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead: int, room: int,
+                reserve: int = 0) -> list[dict[str, Any]] | None:
+    """The newest message cut (head and tail, marked) to half of ``room``, leaving the other
+    half to memory, or when that is too little, to all of it but ``reserve`` (the memory
+    header), after the tool call it answers: the model must still see the current turn, and a
+    tool result may not come without its call. The call's other results are sent whole when
+    they fit beside it, else every result of the call is cut to an equal share. None when that
+    cannot be done (a newest message of tool calls, whose arguments cannot be cut, or a call
+    too long itself)."""
     last = msgs[-1]
     if _calls(last):
         return None
-    if last["role"] not in RESULT_ROLES:
-        cut = _cut_to(last, room // 2)
-        return [cut] if cut is not None else None
-    call = _asking_call(msgs, len(msgs) - 1, lead)
-    if call is None:
+    call = _asking_call(msgs, len(msgs) - 1, lead) if last["role"] in RESULT_ROLES else None
+    if last["role"] in RESULT_ROLES and call is None:
         return None
-    siblings = list(range(call + 1, len(msgs) - 1))
-    whole = _cut_to(last, room // 2 - sum(costs[call:len(msgs) - 1]))
-    if whole is not None:
-        return [*(dict(msgs[i]) for i in range(call, len(msgs) - 1)), whole]
-    each = (room // 2 - costs[call]) // (len(siblings) + 1)
-    results = [_cut_to(msgs[i], each) for i in [*siblings, len(msgs) - 1]]
-    if any(r is None for r in results):
-        return None
-    return [dict(msgs[call]), *(r for r in results if r is not None)]
+    for share in (room // 2, room - reserve):
+        if last["role"] not in RESULT_ROLES:
+            cut = _cut_to(last, share)
+            if cut is not None:
+                return [cut]
+            continue
+        assert call is not None
+        siblings = list(range(call + 1, len(msgs) - 1))
+        whole = _cut_to(last, share - sum(costs[call:len(msgs) - 1]))
+        if whole is not None:
+            return [*(dict(msgs[i]) for i in range(call, len(msgs) - 1)), whole]
+        each = (share - costs[call]) // (len(siblings) + 1)
+        results = [_cut_to(msgs[i], each) for i in [*siblings, len(msgs) - 1]]
+        if all(r is not None for r in results):
+            return [dict(msgs[call]), *(r for r in results if r is not None)]
+    return None
+
+
+def _newest_turn(msgs: Sequence[Mapping[str, Any]], lead: int) -> int:
+    """Where the newest turn starts: the newest message, or for a tool result the assistant
+    message whose calls it (and the results before it) answer."""
+    if msgs[-1]["role"] in RESULT_ROLES:
+        call = _asking_call(msgs, len(msgs) - 1, lead)
+        if call is not None:
+            return call
+    return len(msgs) - 1
 
 
 def _cut_to(msg: Mapping[str, Any], room: int) -> dict[str, Any] | None:
@@ -367,6 +420,86 @@ def _cut_to(msg: Mapping[str, Any], room: int) -> dict[str, Any] | None:
 def _calls(msg: Mapping[str, Any]) -> bool:
     """Whether the message asks for tool calls (OpenAI's tool_calls or the older function_call)."""
     return bool(msg.get("tool_calls") or msg.get("function_call"))
+
+
+def _task_block(renderer: Renderer, scope: str, session: str, flt: Filter | None,
+                recent_ids: Sequence[str], room: int) -> str:
+    """The run's first user message as the memory's first lines (cut in the middle to fit
+    ``room``), or "" when the recent window holds it, there is none, or no room. Read from
+    the store, so a list sent back (whose task went into an earlier memory message) keeps it."""
+    if room < 50:
+        return ""
+    where = dataclasses.replace(flt or Filter(), session=session, role="user", before_seq=None)
+    found = renderer.store.find(scope, where, limit=1)
+    if not found or found[0].id in recent_ids:
+        return ""
+    text = f"{TASK_HEAD}\n{found[0].text}"
+    if count_tokens(text) > room:
+        text = f"{TASK_HEAD}\n{cut_middle(found[0].text, room - count_tokens(TASK_HEAD) - 2, CUT_MARKER)}"
+    return text if count_tokens(text) <= room else ""
+
+
+def _check_pairing(msgs: Sequence[Mapping[str, Any]], at: Sequence[int]) -> None:
+    """InvalidItemError when tool results and the calls they answer are not paired as chat APIs
+    require (they refuse the request): a tool result names the call it answers
+    (``tool_call_id``), one made by the assistant message just before the results, and every
+    call made has its result before the next turn. Calls still pending at the end of the list
+    are fine (the agent runs them next). The older ``function`` role carries no ids."""
+    open_calls: dict[str, int] = {}  # call id -> the message that made it
+
+    def unanswered(before: int) -> InvalidItemError:
+        ids = ", ".join(map(repr, open_calls))
+        return InvalidItemError(f"message {before}: the tool call(s) {ids} of message "
+                                f"{next(iter(open_calls.values()))} have no result before it")
+
+    for m, i in zip(msgs, at, strict=True):
+        role = m["role"]
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if not call_id:
+                raise InvalidItemError(f"message {i}: a tool result needs the tool_call_id of "
+                                       "the call it answers")
+            if call_id not in open_calls:
+                raise InvalidItemError(f"message {i}: it answers tool call {call_id!r}, which the "
+                                       "assistant message before these results did not make")
+            del open_calls[call_id]
+            continue
+        if role == "function":
+            open_calls.clear()
+            continue
+        if open_calls:
+            raise unanswered(i)
+        if role == "assistant":
+            for call in m.get("tool_calls") or []:
+                if isinstance(call, Mapping) and isinstance(call.get("id"), str) and call["id"]:
+                    open_calls[call["id"]] = i
+
+
+def _storable_copy(msg: dict[str, Any]) -> dict[str, Any]:
+    """``msg`` as memory keeps it: NUL and lone surrogates (which no store takes) replaced by
+    U+FFFD at any depth, and how many in its ``meta`` (``replaced_characters``); ``msg``
+    itself when it has none."""
+    replaced = 0
+
+    def clean(value: Any) -> Any:
+        nonlocal replaced
+        if isinstance(value, str):
+            new, n = _UNSTORABLE.subn("\ufffd", value)
+            replaced += n
+            return new
+        if isinstance(value, Mapping):
+            return {clean(k): clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    out = clean(msg)
+    if not replaced:
+        return msg
+    meta = out.get("meta")
+    if meta is None or isinstance(meta, Mapping):
+        out["meta"] = {**(meta or {}), "replaced_characters": replaced}
+    return dict(out)
 
 
 def _last_text(msgs: Sequence[Mapping[str, Any]]) -> str:

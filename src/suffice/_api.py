@@ -888,14 +888,17 @@ class Memory:
         Leading system messages and the newest messages (up to ``recent_share`` of the budget)
         stay verbatim; the dropped middle is replaced by one ``memory_role`` message holding the
         memory rendered for ``query`` (default: the newest user text) under the tokens left,
-        from the items older than the recent window. Every message is stored once (ids from
-        the session and position: sending the grown list again stores only what is new), so a
+        from the items older than the recent window, led by the run's first user message (its
+        task) when the window left that out. Every message is stored once (ids from agent,
+        session and position: sending the grown list again stores only what is new), so a
         list that fits is returned as it is, and nothing dropped is lost; an empty assistant
         turn is sent on but not stored, and an empty tool result is stored as "(no output)".
 
         Messages are stored under ``agent_id`` and the session (``run_id``, else ``session``,
         else ``"agent"``). The memory draws on the scope's earlier items of that agent: with
         ``run_id`` on that run's only; with ``session`` on all of them, earlier runs included.
+        Tool results must answer the calls just before them, as chat APIs require
+        (``InvalidItemError`` otherwise, before anything is stored).
         """
         ident = self._ident(scope, user_id, agent_id, run_id)
         sess = _pick_session(ident, session) or "agent"
@@ -908,7 +911,7 @@ class Memory:
                                 session=sess_),
                             self._renderer, self.retrieval, ident.scope, messages, budget_tokens,
                             session=sess, recent_share=recent_share, query=query, render=config,
-                            memory_role=memory_role, flt=flt)
+                            memory_role=memory_role, flt=flt, agent=ident.agent)
 
     def ask(self, question: str, *, scope: str | None = None, user_id: str | None = None,
             agent_id: str | None = None, run_id: str | None = None, llm: LLM | None = None,

@@ -105,7 +105,7 @@ def _results_file(path: Path) -> list[dict[str, Any]]:
     before it is rewritten (an export, a figures JSON, a note: judging would lose lines). Only
     the last line may be cut (a kill while the benchmark wrote it): its benchmark redoes it."""
     lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    recs = []
+    recs: list[dict[str, Any]] = []
     for n, line in enumerate(lines, 1):
         try:
             rec = json.loads(line)

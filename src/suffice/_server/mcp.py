@@ -581,8 +581,10 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         run_id: RunArg = None, session: SessionArg = None, speaker: SpeakerArg = None,
         kind: KindArg = None, role: RoleArg = None, since: SinceArg = None, until: UntilArg = None,
         meta: MetaArg = None,
-        offset: Annotated[int, Field(strict=True, ge=0, le=1_000_000, description="Skip this many matching items.")] = 0,
-        limit: Annotated[int, Field(strict=True, ge=1, le=MAX_LIST, description="Return at most this many.")] = 50,
+        offset: Annotated[int, Field(strict=True, ge=0, le=1_000_000,
+                                     description="Skip this many matching items.")] = 0,
+        limit: Annotated[int, Field(strict=True, ge=1, le=MAX_LIST,
+                                    description="Return at most this many.")] = 50,
         newest_first: Annotated[bool, Field(strict=True, description="Newest items first.")] = False,
     ) -> Annotated[CallToolResult, ItemsOut]:
         """List stored items in the order they happened (or newest first), filtered and paged.
