@@ -26,8 +26,8 @@ def test_add_search_stats(db):
     assert r.exit_code == 0, r.output
     r = run("--db", db, "search", "cat name", "-s", "dana", "--json")
     assert r.exit_code == 0
-    data = json.loads(r.output)
-    assert "Figo" in data["context"] and data["hits"][0]["item_id"]
+    data = json.loads(r.output)["evidence"]  # the REST server's JSON, field for field
+    assert "Figo" in data["text"] and data["hits"][0]["item"]["id"]
     r = run("stats", "--db", db)
     assert r.exit_code == 0 and "items: 1" in r.output.replace("  ", "")
 
@@ -189,7 +189,7 @@ def test_import_locomo_small_file(db, tmp_path):
     r = run("--db", db, "import", "locomo", str(good))
     assert r.exit_code == 0, r.output
     r = run("--db", db, "search", "mountain photo", "-s", "c1", "--json")
-    assert "a mountain" in json.loads(r.output)["context"]
+    assert "a mountain" in json.loads(r.output)["evidence"]["text"]
 
 
 def test_import_locomo_takes_a_file_or_loaded_conversations(tmp_path):
@@ -231,7 +231,7 @@ def test_stored_text_is_printed_as_written_never_as_markup_or_terminal_codes(db)
         assert "[shares a photo: a dog on the beach]" in r.output
         assert "\x1b" not in r.output and "\\x1b[31mred" in r.output  # shown, not obeyed
     r = run("--db", db, "search", "photo", "--scope", "[/x]", "--json")  # JSON stays exact
-    assert json.loads(r.output)["hits"][0]["item"]["text"] == HOSTILE
+    assert json.loads(r.output)["evidence"]["hits"][0]["item"]["text"] == HOSTILE
 
 
 def test_a_failed_model_is_never_printed_as_the_answer(db):
@@ -357,7 +357,7 @@ def test_ask_tiered_takes_the_reasoning_and_capacity_strategies(db):
                 "--base-url", srv.base_url, "--model", "reader", "--json")
     assert r.exit_code == 0, r.output
     assert {req["model"] for req in srv.requests} == {"small", "reader"}
-    assert {m["model"] for m in json.loads(r.output)["receipt"]["modules"]} <= {"small", "rules"}
+    assert {m["model"] for m in json.loads(r.output)["answer"]["receipt"]["modules"]} <= {"small", "rules"}
 
 
 def test_forget_reports_counts_and_says_only_what_is_left_to_do(db):
@@ -533,3 +533,26 @@ def test_a_failed_import_into_a_new_file_keeps_what_another_program_wrote_there(
     with pytest.raises(KeyboardInterrupt), store_to_fill(str(empty)):
         raise KeyboardInterrupt
     assert not empty.exists()  # nothing but the import's own (undone) work: no file left
+
+
+def test_json_output_is_the_servers_json_field_for_field(db):
+    """docs/server.md promises every surface the same JSON; the CLI printed shapes of its own."""
+    from suffice import Memory
+    from suffice._server.wire import to_json, without_timings
+
+    run("--db", db, "add", "Dana adopted a grey cat named Figo.", "-s", "dana", "--id", "d1")
+    mem = Memory(db)
+    try:
+        expected = {
+            ("search", "cat", "-s", "dana", "--json"): {"evidence": to_json(mem.search("cat", scope="dana"))},
+            ("items", "-s", "dana", "--json"): {"items": to_json(mem.items(scope="dana", limit=50))},
+            ("get", "d1", "-s", "dana"): {"item": to_json(mem.get("d1", scope="dana"))},
+            ("render", "cat", "-s", "dana", "--json"): {
+                "context": to_json(mem.render("cat", 2000, scope="dana"))},
+        }
+    finally:
+        mem.close()
+    for args, want in expected.items():
+        r = run("--db", db, *args)
+        assert r.exit_code == 0, (args, r.output)
+        assert without_timings(json.loads(r.output)) == without_timings(want), args

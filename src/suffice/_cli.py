@@ -173,6 +173,13 @@ def print_json(data: Any) -> None:
     out.print_json(json.dumps(data, ensure_ascii=False, default=str))
 
 
+def print_result(key: str, result: Any, **extra: Any) -> None:
+    """A core result as the REST and MCP servers send it (``{key: ...}``, field for field)."""
+    from ._server.wire import to_json
+
+    print_json({key: to_json(result), **extra})
+
+
 @app.command()
 def add(
     text: Annotated[list[str] | None, typer.Argument(help="Text of one item each.")] = None,
@@ -436,8 +443,7 @@ def search(
         ev = mem.search(query, **where(scope, user, agent, run), k=k, method=method,
                         **filters(session, speaker, kind, since, until, meta))
         if as_json:
-            print_json({"hits": [{"item_id": h.item_id, "seq": h.seq, **asdict(h)} for h in ev.hits],
-                        "context": ev.text, "timings_ms": ev.timings_ms, "notice": ev.notice})
+            print_result("evidence", ev)
             return
         rank = {h.seq: h.rank for h in ev.hits}
         for it in ev.items:
@@ -467,7 +473,7 @@ def list_items(
                           **filters(session, speaker, kind, since, until, meta),
                           offset=offset, limit=limit, newest_first=newest)
         if as_json:
-            print_json([asdict(it) for it in items])
+            print_result("items", items)
             return
         for it in items:
             print_item(it, f"seq {it.seq} id {it.id} ")
@@ -482,7 +488,7 @@ def get(
     """Print one item as JSON."""
     with errors():
         mem = open_memory(db, create=False, embedder=None)
-        print_json(asdict(mem.get(item_id, **where(scope, user, agent, run))))
+        print_result("item", mem.get(item_id, **where(scope, user, agent, run)))
 
 
 @app.command()
@@ -596,7 +602,7 @@ def render(
         ctx = mem.render(query, budget, **where(scope, user, agent_id, run), agent=agent, render=config,
                          **filters(session, speaker, kind, since, until, meta))
         if as_json:
-            print_json(asdict(ctx))
+            print_result("context", ctx)
             return
         say(ctx.text)
         say(f"--- {ctx.tokens} tokens of cap {ctx.cap} (budget {ctx.budget}), mode {ctx.mode}, "
@@ -1298,7 +1304,7 @@ def ask(
         # The engine's stand-in when no model answered: the top evidence, noted as such.
         failed = r.path == "fast" and any(n.startswith("answer call failed") for n in r.notes)
         if as_json:
-            print_json({"answer": ans.text, "failed": failed, "receipt": asdict(r)})
+            print_result("answer", ans, failed=failed)  # the servers' JSON, and whether a model answered
             if failed:
                 raise typer.Exit(1)
             return
