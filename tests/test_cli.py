@@ -556,3 +556,10 @@ def test_json_output_is_the_servers_json_field_for_field(db):
         r = run("--db", db, *args)
         assert r.exit_code == 0, (args, r.output)
         assert without_timings(json.loads(r.output)) == without_timings(want), args
+
+
+def test_an_empty_db_option_is_refused_not_read_as_the_default_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run("--db", "", "add", "hello")
+    assert r.exit_code == 2 and "--db is empty" in r.output
+    assert not (tmp_path / "suffice.db").exists()

@@ -183,9 +183,12 @@ def test_a_slow_ask_answers_within_the_servers_deadline(tmp_path):
         app = create_app(m, settings=ServerSettings(ask_deadline_s=0.5))
         with serving(app) as url:
             r = httpx.post(f"{url}/v1/ask", json={"user_id": "ana", "question": "Where?"}, timeout=20)
+            over = httpx.post(f"{url}/v1/ask", json={"user_id": "ana", "question": "Where?", "timeout": 60})
     # The engine keeps the deadline: it answers from the evidence and says so in the receipt.
     receipt = r.json()["answer"]["receipt"]
     assert r.status_code == 200 and receipt["degraded"] and receipt["deadline_s"] == 0.5
+    # A longer timeout than the server allows is refused, not quietly cut to its deadline.
+    assert over.status_code == 422 and "0.5 s at most" in over.json()["error"]["message"]
 
 
 def test_concurrent_writers_lose_and_double_nothing(dev, mem):

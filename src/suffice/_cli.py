@@ -147,6 +147,9 @@ def open_memory(db: str | None, **kw: Any) -> Any:
     if _state["retrieval"]:
         from ._config import RetrievalConfig, parse_overrides
         kw.setdefault("retrieval", RetrievalConfig(**parse_overrides(_state["retrieval"])))
+    for given in (db, _state["db"]):
+        if given is not None and not given.strip():
+            raise InvalidQueryError("--db is empty; name a file or a postgresql:// URL")
     return Memory(db or _state["db"] or default_db_path(), **kw)
 
 

@@ -444,7 +444,10 @@ def create_app(memory: Memory | AsyncMemory, *, keys: KeyRing | None = None,
         """Answer from memory; the receipt says how (path, router, calls, tokens, cost, time)."""
         if body.budget is not None and body.budget > conf.max_budget_tokens:
             raise InvalidQueryError(f"budget is {body.budget}; at most {conf.max_budget_tokens}")
-        timeout = min(body.timeout or conf.ask_deadline_s, conf.ask_deadline_s)
+        if body.timeout is not None and body.timeout > conf.ask_deadline_s:
+            raise InvalidQueryError(f"timeout is {body.timeout:g} s; this server answers within "
+                                    f"{conf.ask_deadline_s:g} s at most")
+        timeout = body.timeout or conf.ask_deadline_s
         tiers: dict[str, Any] = ({"agent": "tiered", "lam": body.lam, "tier_cap": body.tier_cap}
                                  if body.tiered else {})
         if not body.tiered and (body.lam is not None or body.tier_cap is not None):
