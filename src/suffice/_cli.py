@@ -52,7 +52,10 @@ KindOpt = Annotated[str | None, typer.Option("--kind", help="Only this kind (mes
 SinceOpt = Annotated[str | None, typer.Option("--since", help="Only items observed at or after this time.")]
 UntilOpt = Annotated[str | None, typer.Option("--until", help="Only items observed before this time.")]
 MetaOpt = Annotated[list[str] | None, typer.Option("--meta",
-                                                  help="KEY=VALUE a meta field must equal (repeatable).")]
+                                                  help=("KEY=VALUE a meta field must equal (repeatable). "
+                                                        "VALUE is read as JSON when it is JSON (7, true, "
+                                                        "[1]); a string that looks like JSON goes quoted: "
+                                                        "zip='\"1000\"'."))]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
