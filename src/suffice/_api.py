@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import numbers
 import os
 import threading
 import time
@@ -179,8 +180,8 @@ MAX_COUNT = 1_000_000
 def _check_tiered(mode: str, lam: float | None, cap: str | None) -> None:
     if mode == "fast":
         raise InvalidQueryError("agent='tiered' runs on the deep path: use mode='deep' or 'auto'")
-    if lam is not None and (not isinstance(lam, int | float) or isinstance(lam, bool)
-                            or not 0.0 <= lam <= 100.0):
+    if lam is not None and (not isinstance(lam, numbers.Real) or isinstance(lam, bool)
+                            or not 0.0 <= float(lam) <= 100.0):
         raise InvalidQueryError(f"lam must be a number from 0 to 100, got {lam!r}")
     if cap is not None and cap not in TIERS:
         raise InvalidQueryError(f"tier_cap must be one of {', '.join(TIERS)}, got {cap!r}")
@@ -976,9 +977,13 @@ class Memory:
             if tiers is not None and lam is not None:
                 raise InvalidQueryError("lam picks one of the installed trained policies; with "
                                         "tiers= it would pick nothing: give one or the other")
+            if tiers is not None and (isinstance(tiers, type) or not callable(getattr(tiers, "chooser", None))
+                                      or not isinstance(getattr(tiers, "name", None), str)):
+                raise InvalidQueryError(f"tiers must be a tier source (FixedTiers(...), HeuristicTiers(), "
+                                        f"a TierPolicy), got {tiers!r:.60}")
             if isinstance(tiers, TierPolicy):  # default_tiers checks the one it installs
-                tiers.check_fits(encoder)
-            source = tiers or default_tiers(lam, encoder)
+                tiers.check_fits(encoder, self.embedder.dim if self.embedder else None)
+            source = tiers or default_tiers(lam, encoder, self.embedder.dim if self.embedder else None)
             if self.tier_models is not None:  # else the call's one model serves every tier
                 check_models(self.tier_settings, self.tier_models)
         if router is None and mode == "auto":  # only auto routes: a broken default fails only it

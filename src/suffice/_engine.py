@@ -453,8 +453,11 @@ class Engine:
         query, with its budget, reused when the evidence asks for that same budget.
         """
         if self.tiered is not None:
-            return self._deep_tiered(self.tiered, question, scope, ranking, deep_budget, style,
-                                     ledger, stages, notes, s, clock)
+            # The summary is the reader's memory: capped as every rendered context is, so the
+            # question and instructions keep their room.
+            capped = int(render.prompt_cap * deep_budget)
+            return self._deep_tiered(self.tiered, question, scope, ranking, capped, style, ledger,
+                                     stages, notes, s, clock)
         levers: list[LeverReceipt] = []
         reader = self.deep_llm or self.llm
         wider = deep_budget > budget

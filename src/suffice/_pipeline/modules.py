@@ -19,6 +19,7 @@ model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -57,7 +58,7 @@ def tiers_up_to(cap: Tier) -> tuple[Tier, ...]:
     """The tiers a cap allows, cheapest first (a policy trained under a cap chooses among these)."""
     return TIERS[:TIERS.index(cap) + 1]
 
-RULES_VERSION = "r2"
+RULES_VERSION = "r3"
 """Bump when the output of a rule (Low) or learned (Mid) tier changes for the same input: the
 module cache keys on it, so outputs an older version wrote are not replayed."""
 
@@ -145,7 +146,8 @@ _ABS_DATE = re.compile(
     rf"|(?:{_MONTHS}) {_NTH}(?:,? \d{{4}})?"
     rf"|(?:{_MONTHS}),? \d{{4}}"
     r"|(?i:in|since) \d{4}"
-    rf"|(?:(?i:on|last|next|this) )?(?:{_WEEKDAYS})"
+    # a weekday named beside its date ("Saturday, June 3rd") is that date, not a day of its own
+    rf"|(?:(?i:on|last|next|this) )?(?:{_WEEKDAYS})(?!,? (?:\d|(?:{_MONTHS})\b|the \d))"
     r")\b")
 _DAY_WORDS = re.compile(rf"\b(?:{_WEEKDAYS}|yesterday|today|tonight|tomorrow|night)\b", re.I)
 _MONTH_NAME = re.compile(rf"\b(?:{_MONTHS})\b", re.I)
@@ -179,8 +181,9 @@ def warm_dates() -> None:
 def _resolved(phrase: str, day: date | None) -> str:
     """A time phrase as a calendar date, by dateparser against the turn's date ('' if not),
     only as precise as the phrase: "in May" is May 2023, not a day dateparser makes up. A date
-    named without its year is taken in the year it was said ("on 3 June", said in May, is
-    ahead); a bare weekday, in the past."""
+    named without its year is taken in the year that puts it nearest the day it was said ("on
+    3 June", said in May, is ahead; "in December", said on 10 January, is last December); a
+    bare weekday, in the past."""
     if day is None:
         return ""
     import dateparser
@@ -195,6 +198,13 @@ def _resolved(phrase: str, day: date | None) -> str:
         return ""
     if got is None:
         return ""
+    if undated_year:
+        said = datetime(day.year, day.month, day.day)
+        near = []
+        for year in (day.year - 1, day.year, day.year + 1):
+            with contextlib.suppress(ValueError):  # 29 February in a common year
+                near.append(got.replace(year=year))
+        got = min(near, key=lambda d: (abs(d - said), d), default=got)
     no_year = re.sub(r"\b\d{4}\b", "", text)
     if re.search(rf"\b{_NTH}\b", no_year) or _DAY_WORDS.search(text):
         return f"{got.day} {got:%B %Y}"
@@ -343,7 +353,10 @@ def spacy_facts(module: Module, question: str, chunks: Sequence[Chunk],
 # -- facts: LLM (High) -------------------------------------------------------------------------
 
 def parse_facts(reply: str) -> list[str]:
-    """Fact lines from an LLM module's reply: a JSON list of strings, else its lines."""
+    """Fact lines from an LLM module's reply: a JSON list of strings, else its lines. An empty
+    reply is a failed call (OutputParseError), not "no facts": that is an empty list."""
+    if not reply.strip():
+        raise OutputParseError("the module's reply is empty")
     span = strip_fences(extract_answer(reply))
     try:
         value = json.loads(span)

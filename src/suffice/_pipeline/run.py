@@ -250,11 +250,20 @@ class TieredPipeline:
 
         def pick(module: Module, x: np.ndarray) -> Tier:
             states.append((module, x))
-            return TIERS[min(int(choose(module, q, x)), top)]
+            a = int(choose(module, q, x))
+            if not 0 <= a < len(TIERS):  # -1 would index High and pass any cap
+                raise ConfigError(f"the tier source chose {a} for {module}; tiers are 0 (low) to "
+                                  f"{len(TIERS) - 1} (high)")
+            return TIERS[min(a, top)]
 
+        if not chunks:  # nothing to read: a model asked about nothing makes its facts up
+            return PipelineResult("", (), (), (), {m: () for m in FACT_MODULES}, ())
         x_all = _mean([c.vector for c in chunks], dim)
         kept, rec = self._filter(question, chunks, pick("filter", x_all), qvec, ledger, deadline)
         receipts.append(rec)
+        if not kept:
+            return PipelineResult("", tuple(receipts), tuple(chunks), (), {m: () for m in FACT_MODULES},
+                                  tuple(states))
         chosen = [chunks[i] for i in kept]
         x_kept = _mean([c.vector for c in chosen], dim)
         tiers = {m: pick(m, x_kept) for m in FACT_MODULES}
@@ -267,7 +276,10 @@ class TieredPipeline:
             # The tier chooser's view of the facts: embedding them is the pipeline's own work,
             # done outside every module, so it goes on the ledger under a stage of its own.
             t0 = time.perf_counter()
-            x_sum = _mean([self._vector("\n".join(v)) for v in facts.values() if v], dim)
+            try:
+                x_sum = _mean([self._vector("\n".join(v)) for v in facts.values() if v], dim)
+            except Exception:  # a fact the encoder cannot take (a lone surrogate): the kept chunks' view
+                x_sum = x_kept
             ms = (time.perf_counter() - t0) * 1e3
             if ledger is not None:
                 ledger.add(CallRecord(self.embedder.name, "tier_state", 0, 0, ms, ms * self._rate))
@@ -470,9 +482,17 @@ class TieredPipeline:
               deadline: float | None) -> tuple[str, CallRecord]:
         own = Ledger()
         try:
-            reply = model.chat(tier_messages(module, style, question, material),
-                               max_tokens=REASONING_MAX_TOKENS[style], stage=f"tier_{module}",
-                               ledger=own, deadline=deadline).text
+            try:
+                reply = model.chat(tier_messages(module, style, question, material),
+                                   max_tokens=REASONING_MAX_TOKENS[style], stage=f"tier_{module}",
+                                   ledger=own, deadline=deadline).text
+            except SufficeError:
+                raise
+            except Exception as exc:
+                # A model class of the caller's failing its own way (a KeyError on a rate-limit
+                # body) is a failed call, not unusable output: it must not be remembered as
+                # the module's answer for this input.
+                raise ProviderError(f"{model.model} failed: {type(exc).__name__}: {exc}") from exc
         except BaseException:
             # A failed rung is paid for too: what the call billed goes into the rung's cost.
             self._calls.records = [*getattr(self._calls, "records", []), *own.records]

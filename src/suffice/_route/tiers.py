@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +115,18 @@ class TierPolicy:
         missing = [k for k in _KEYS if k not in weights]
         if missing:
             raise ConfigError(f"tier policy weights lack {', '.join(missing)}")
-        self.w = {k: np.asarray(weights[k], dtype=np.float32) for k in _KEYS}
+        try:
+            self.w = {k: np.asarray(weights[k], dtype=np.float32) for k in _KEYS}
+        except (TypeError, ValueError) as exc:  # text arrays, objects
+            raise ConfigError(f"tier policy weights are not numbers: {exc}") from None
+        flat = [k for k in ("descriptors", "wu", "wv", "w1", "w2", "w3", "w4") if self.w[k].ndim != 2]
+        flat += [k for k in ("bu", "bv", "b1", "b2", "b3", "b4") if self.w[k].ndim != 1]
+        if flat:
+            raise ConfigError(f"tier policy weights {', '.join(flat)} have the wrong number of "
+                              "dimensions (matrices and bias vectors)")
+        broken = [k for k in _KEYS if not np.isfinite(self.w[k]).all()]
+        if broken:  # NaN turns every choice into the first tier, silently
+            raise ConfigError(f"tier policy weights {', '.join(broken)} hold NaN or infinite values")
         if self.w["descriptors"].shape[0] != len(MODULES):
             raise ConfigError(f"tier policy has {self.w['descriptors'].shape[0]} module "
                               f"descriptors, expected {len(MODULES)}")
@@ -132,29 +145,35 @@ class TierPolicy:
             h.update(f"cap={cap}".encode())
         self.digest = h.hexdigest()[:16]
         """The weights' sha256 (short): a retrained policy has another, whatever its name."""
-        # One pass on zero vectors: weights whose shapes do not chain (a file edited by hand,
-        # or of another version) fail here, at load, not at the first tiered query.
+        # One pass per module on zero vectors: weights whose shapes do not chain (a file edited
+        # by hand, or of another version) fail here, at load, not at the first tiered query.
         try:
             dim = self.dim
-            out = self.probs(MODULES[0], np.zeros(dim, np.float32), np.zeros(dim, np.float32))
+            outs = [self.probs(m, np.zeros(dim, np.float32), np.zeros(dim, np.float32)) for m in MODULES]
         except (ValueError, IndexError) as exc:
             raise ConfigError(f"tier policy weights do not fit together: {exc}") from None
-        if dim < 1 or out.shape != (len(TIERS),) or not np.isfinite(out).all():
+        out = outs[0]
+        if dim < 1 or any(o.shape != (len(TIERS),) or not np.isfinite(o).all() for o in outs):
             raise ConfigError(f"tier policy weights give {out.shape[0] if out.ndim else 0} outputs "
                               f"for {dim}-dim vectors; a policy gives one per tier ({len(TIERS)})")
 
     def probs(self, module: Module, q: np.ndarray, x: np.ndarray) -> np.ndarray:
         w = self.w
         d = w["descriptors"][MODULES.index(module)]
-        u = w["wu"] @ np.concatenate([q, x]).astype(np.float32) + w["bu"]
-        v = w["wv"] @ d + w["bv"]
-        h = np.maximum(w["w1"] @ np.concatenate([u, v]) + w["b1"], 0)
-        h = np.maximum(w["w2"] @ h + w["b2"], 0)
-        h = np.maximum(w["w3"] @ h + w["b3"], 0)
-        z = w["w4"] @ h + w["b4"]
-        z[len(tiers_up_to(self.cap)):] = -np.inf
-        e: np.ndarray = np.exp(z - z.max())
-        return e / float(e.sum())
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below
+            u = w["wu"] @ np.concatenate([q, x]).astype(np.float32) + w["bu"]
+            v = w["wv"] @ d + w["bv"]
+            h = np.maximum(w["w1"] @ np.concatenate([u, v]) + w["b1"], 0)
+            h = np.maximum(w["w2"] @ h + w["b2"], 0)
+            h = np.maximum(w["w3"] @ h + w["b3"], 0)
+            z = w["w4"] @ h + w["b4"]
+            z[len(tiers_up_to(self.cap)):] = -np.inf
+            e: np.ndarray = np.exp(z - z.max())
+            p: np.ndarray = e / float(e.sum())
+        if not np.isfinite(p).all():  # overflow on an input far from training: argmax would say Low
+            raise ConfigError(f"the tier policy {self.name} gave no usable choice for {module} "
+                              "(its outputs overflowed)")
+        return p
 
     @property
     def dim(self) -> int:
@@ -169,7 +188,7 @@ class TierPolicy:
             return int(np.argmax(self.probs(module, q, x)))
         return choose
 
-    def check_fits(self, encoder: str) -> None:
+    def check_fits(self, encoder: str, dim: int | None = None) -> None:
         """Refuse a memory this policy cannot read: one without an embedder (the pipeline would
         feed it zero vectors) or one whose encoder is not the one it was trained on."""
         if not encoder:
@@ -178,6 +197,9 @@ class TierPolicy:
         if self.encoder and self.encoder != encoder:
             raise ConfigError(f"the tier policy {self.name} was trained on encoder {self.encoder!r}; "
                               f"this memory uses {encoder!r}")
+        if dim is not None and dim != self.dim:
+            raise ConfigError(f"the tier policy {self.name} reads {self.dim}-dim vectors; this "
+                              f"memory's encoder gives {dim}")
 
     @classmethod
     def load(cls, path: str | Path) -> TierPolicy:
@@ -187,7 +209,8 @@ class TierPolicy:
             meta = json.loads(card.read_text()) if card.exists() else {}
             with np.load(p, allow_pickle=False) as z:
                 weights = {k: z[k] for k in z.files}
-        except (OSError, ValueError, TypeError, AttributeError) as exc:  # not a .npz, or not JSON
+        except (OSError, ValueError, TypeError, AttributeError, EOFError,
+                zipfile.BadZipFile) as exc:  # not a .npz (or cut short), or not JSON
             # numpy's own text for a file that is no .npz advises loading it unsafely: not shown.
             why = ("not a .npz weights file" if isinstance(exc, ValueError) and "pickle" in str(exc)
                    else f"{type(exc).__name__}: {exc}")
@@ -199,6 +222,8 @@ class TierPolicy:
             lam = float(meta.get("lam", 0.0))
         except (TypeError, ValueError):
             raise ConfigError(f"tier policy card {card}: lam must be a number, got {meta['lam']!r}") from None
+        if not math.isfinite(lam):  # NaN would win every "nearest λ" choice in a folder
+            raise ConfigError(f"tier policy card {card}: lam must be a finite number, got {lam}")
         # A policy from a stopped training run says so wherever its name is shown (receipts, bench).
         mark = ", provisional" if meta.get("provisional") else ""
         mark += "" if card.exists() else ", no card"
@@ -238,7 +263,7 @@ def load_tier_policy(path: str | Path, lam: float | None = None) -> TierPolicy:
     return min(policies, key=lambda pol: (abs(pol.lam - want), pol.lam))
 
 
-def default_tiers(lam: float | None, encoder: str) -> TierSource:
+def default_tiers(lam: float | None, encoder: str, dim: int | None = None) -> TierSource:
     """The trained policy ``$SUFFICE_TIERS`` names (the one nearest ``lam``) when it was
     trained on ``encoder``; else :class:`HeuristicTiers`. A named policy that cannot be read,
     or that cannot read this memory (no embedder, another encoder), is an error, not a silent
@@ -251,5 +276,5 @@ def default_tiers(lam: float | None, encoder: str) -> TierSource:
                               "leave lam out for the heuristic default")
         return HeuristicTiers(embedder=bool(encoder))
     policy = load_tier_policy(path, lam)
-    policy.check_fits(encoder)
+    policy.check_fits(encoder, dim)
     return policy

@@ -292,8 +292,12 @@ def train_tiers(pipeline: TieredPipeline, embedder: Embedder, train: Sequence[Ti
             return a
 
         res = pipeline.run(q.question, q.chunks, choose, qvec=q.qvec, cap=config.cap)
-        return Episode(q.key, tuple(picks), tuple(x for _, x in res.states), score(q, res),
-                       res.cost_usd)
+        states = [x for _, x in res.states]
+        # A pipeline with nothing to read stops before choosing every tier: the modules it did
+        # not run count as Low (what they cost, nothing), so every episode has one pick a module.
+        states += [np.zeros_like(q.qvec)] * (len(MODULES) - len(states))
+        picks += [0] * (len(MODULES) - len(picks))
+        return Episode(q.key, tuple(picks), tuple(states), score(q, res), res.cost_usd)
 
     def rescore(eps: Sequence[Episode]) -> dict[str, Any]:
         """A validation pass scored under the reward state as it stands now."""
