@@ -536,3 +536,67 @@ def test_an_import_that_fails_on_one_run_writes_none_of_them(tmp_path):
     assert mem.import_agent([run("a", "a new run"), run("b", "first version")]) == {
         run("a", "").scope: 1, run("b", "").scope: 0}
     mem.close()
+
+
+# -- what an audit of the importers found (2026-12-05) ---------------------------------------------
+
+
+def test_two_runs_whose_names_differ_only_in_unicode_form_are_one_scope_and_refused(tmp_path: Path) -> None:
+    """The store names scopes in NFC: the two were stored as one run, steps 0.. twice over."""
+    import unicodedata
+
+    for form in ("NFC", "NFD"):
+        write_gz(tmp_path / f"{unicodedata.normalize(form, 'café-1')}.json.gz", ama_raw())
+    with pytest.raises(ImportFormatError, match="two runs share the scope"):
+        load_agent(tmp_path)
+
+
+def test_only_mini_swe_agent_runs_of_the_version_read_here_are_taken_as_such(tmp_path: Path) -> None:
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps({"messages": [{"role": "system", "content": "Be kind."},
+                                             {"role": "user", "content": "hi"}]}))
+    with pytest.raises(ImportFormatError, match="not a trajectory format"):
+        load_agent(chat)  # a chat log was stored as an agent's thoughts and observations
+    newer = {**swe_raw(), "trajectory_format": "mini-swe-agent-1.1"}
+    with pytest.raises(ImportFormatError, match="not supported"):
+        swe_trajectory(write_gz(tmp_path / "x.traj.json.gz", newer))  # its commands would never run
+
+
+def test_mini_swe_agents_own_batch_folder_is_read(tmp_path: Path) -> None:
+    """It writes <out>/<instance>/<instance>.traj.json and <out>/preds.json."""
+    (tmp_path / "demo__demo-1").mkdir()
+    (tmp_path / "demo__demo-1" / "demo__demo-1.traj.json").write_text(json.dumps(swe_raw()))
+    (tmp_path / "preds.json").write_text(json.dumps({"demo__demo-1": {"model_patch": "diff"}}))
+    assert [t.scope for t in load_swe(tmp_path)] == ["swe-demo__demo-1"]
+    assert [t.scope for t in load_agent(tmp_path)] == ["swe-demo__demo-1"]
+
+
+def test_a_file_nested_past_what_json_reads_and_odd_step_numbers_are_format_errors(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)
+    with pytest.raises(ImportFormatError, match="RecursionError"):
+        load_agent(deep)
+    raw = ama_raw()
+    raw["trajectory"][1]["turn_idx"] = "²"  # a digit to str.isdigit, not to int()
+    with pytest.raises(ImportFormatError, match="turn_idx must be a whole number"):
+        load_agent(write_gz(tmp_path / "odd.json.gz", raw))
+
+
+def test_an_import_killed_halfway_is_named_by_check_and_finished_by_a_rerun(tmp_path: Path,
+                                                                          swe_file: Path) -> None:
+    mem = Memory(tmp_path / "m.db", embedder=HashEmbedder())
+    real = mem.add
+
+    def dies(items, **kw):  # type: ignore[no-untyped-def]
+        real(items[:5], **kw)
+        raise KeyboardInterrupt
+
+    mem.add = dies  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        mem.import_agent(swe_file)
+    mem.add = real  # type: ignore[method-assign]
+    problems = mem.check()
+    assert any("swe-demo__demo-1" in p and "did not finish (5 of" in p for p in problems), problems
+    mem.import_agent(swe_file)
+    assert mem.check() == []
+    mem.close()

@@ -524,7 +524,7 @@ class Memory:
         return self._store.check_ids(scope, new)
 
     def _add_scopes(self, parts: Sequence[tuple[str, Sequence[NewItem]]],
-                    progress: Progress | None = None) -> dict[str, int]:
+                    progress: Progress | None = None, source: str = "") -> dict[str, int]:
         """Add items to several scopes (an import: one per conversation or run), every scope
         checked before the first is written, so a bad or conflicting item anywhere leaves the
         store as it was; the number of items added per scope. A failure while writing (a model
@@ -542,11 +542,21 @@ class Memory:
                 exc.add_note(f"in scope {scope!r}; nothing of this import was written")
                 raise
         counts: dict[str, int] = {}
+        marks = self._store.unfinished_transfers()
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
             for scope, items in parts:
                 before = self._store.max_seq(scope)
+                # Marked while it is written: a kill halfway (power, OOM) leaves a scope that
+                # `check` names, where it looked like a finished import. Another mark (a
+                # rebuild's) is kept beside it.
+                old = marks.get(scope) or {}
+                self._store.note_transfer(scope, {**old, "source": source or "an import",
+                                                  "started": started, "items": len(items)})
                 stored = self.add(list(items), scope=scope, progress=progress)
                 counts[scope] = counts.get(scope, 0) + sum(1 for it in stored if it.seq > before)
+                rest = {k: v for k, v in old.items() if k in ("rebuild", "rebuild_started")}
+                self._store.note_transfer(scope, rest or None)
         except BaseException as exc:
             if counts:
                 named = ", ".join(list(counts)[:3]) + (", ..." if len(counts) > 3 else "")
@@ -1127,7 +1137,8 @@ class Memory:
         from ._datasets.trajectories import load_agent
 
         trajs = load_agent(source, fmt) if isinstance(source, (str, Path)) else source
-        return self._add_scopes([(t.scope, t.items) for t in trajs], progress)
+        return self._add_scopes([(t.scope, t.items) for t in trajs], progress,
+                                str(source) if isinstance(source, (str, Path)) else "")
 
     def import_locomo(self, source: str | Path | Sequence[LocomoConversation] | None = None,
                       progress: Progress | None = None) -> dict[str, int]:
@@ -1141,7 +1152,8 @@ class Memory:
         self._need_all("import_locomo")
         # A file is parsed and validated whole before any write.
         convs = load_locomo(source) if source is None or isinstance(source, (str, Path)) else source
-        return self._add_scopes([(c.scope, c.items) for c in convs], progress)
+        return self._add_scopes([(c.scope, c.items) for c in convs], progress,
+                                str(source) if isinstance(source, (str, Path)) else "")
 
 
 _PARTS = {  # what each pluggable part must have (its methods last), and what gives one

@@ -79,8 +79,8 @@ def load_episode(path: str | Path) -> AmaEpisode:
             raw: Any = json.load(fh)
     except FileNotFoundError:
         raise ImportFormatError(f"AMA-Bench file not found: {p}") from None
-    except (OSError, EOFError, ValueError, UnicodeDecodeError) as exc:
-        raise ImportFormatError(f"{p}: not a gzip JSON episode ({exc})") from None
+    except (OSError, EOFError, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ImportFormatError(f"{p}: not a gzip JSON episode ({type(exc).__name__}: {exc})") from None
     return episode_from(p, raw)
 
 
@@ -96,7 +96,7 @@ def episode_from(p: Path, raw: Any) -> AmaEpisode:
         if not isinstance(turn, dict) or "turn_idx" not in turn:
             raise ImportFormatError(f"{p.name} trajectory {ti}: needs 'turn_idx'")
         step = turn["turn_idx"]
-        if isinstance(step, str) and step.strip().isdigit():
+        if isinstance(step, str) and re.fullmatch(r"[0-9]+", step.strip()):  # "²" is a digit too
             step = int(step)
         if not isinstance(step, int) or isinstance(step, bool) or step in steps:
             raise ImportFormatError(f"{p.name} trajectory {ti}: turn_idx must be a whole number not seen "

@@ -30,7 +30,7 @@ def read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ImportFormatError(f"{what} file not found: {path}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ImportFormatError(f"{path}: not valid JSON ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nested past what Python reads
+        raise ImportFormatError(f"{path}: not valid JSON ({type(exc).__name__}: {exc})") from None
     except OSError as exc:  # a folder, no permission...
         raise ImportFormatError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None

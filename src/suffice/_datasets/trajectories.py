@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ImportFormatError
+from .._errors import ImportFormatError, InvalidInputError
+from .._store.base import normalize_scope as _normalize
 from .._types import NewItem
 from .paths import shared_data_dir
 from .text import clean
@@ -69,7 +70,9 @@ class Trajectory:
 
     @property
     def scope(self) -> str:
-        return f"{self.dataset}-{self.name}"
+        # As the store will name it: two names that differ only in Unicode form (a file copied
+        # from a Mac) or in surrounding spaces are one scope, so the duplicate checks see it.
+        return normalize_scope(f"{self.dataset}-{self.name}", "run name")
 
     def first_index_of_step(self, step: int) -> int:
         """Index into ``items`` of the first item at ``step`` or later: ``items[:i]`` is what had
@@ -77,11 +80,25 @@ class Trajectory:
         return next((i for i, it in enumerate(self.items) if it.meta["step"] >= step), len(self.items))
 
 
+SWE_FORMAT = "mini-swe-agent-1"
+"""The mini-SWE-agent trajectory format read here."""
+SIDE_FILES = frozenset({"preds.json"})
+"""Files a harness writes beside its runs that are no run (mini-SWE-agent's predictions)."""
+
+
+def normalize_scope(name: str, what: str) -> str:
+    """The store's form of a run's scope; a name it refuses is a format error of the file."""
+    try:
+        return _normalize(name, what)
+    except InvalidInputError as exc:
+        raise ImportFormatError(str(exc)) from None
+
+
 class _Builder:
     """Items of one run with the shared id, step and dataset conventions."""
 
     def __init__(self, dataset: str, scope: str) -> None:
-        self.dataset, self.scope = dataset, scope
+        self.dataset, self.scope = dataset, normalize_scope(scope, "run name")
         self.items: list[NewItem] = []
         self._seen: Counter[tuple[int, str]] = Counter()
 
@@ -106,8 +123,8 @@ def _read(path: Path, what: str) -> Any:
             return json.load(fh)
     except FileNotFoundError:
         raise ImportFormatError(f"{what} file not found: {path}") from None
-    except (OSError, EOFError, ValueError, UnicodeDecodeError) as exc:
-        raise ImportFormatError(f"{path}: not a {what} JSON file ({exc})") from None
+    except (OSError, EOFError, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ImportFormatError(f"{path}: not a {what} JSON file ({type(exc).__name__}: {exc})") from None
 
 
 def _obj(d: dict[str, Any], key: str) -> dict[str, Any]:
@@ -186,6 +203,8 @@ def _swe_from(p: Path, raw: Any, resolved: bool | None) -> Trajectory:
     fmt = raw.get("trajectory_format", "mini-swe-agent-1")
     if not isinstance(fmt, str) or not fmt.startswith("mini-swe-agent"):
         raise ImportFormatError(f"{where}: trajectory_format {fmt!r} is not mini-swe-agent's")
+    if fmt != SWE_FORMAT:  # a later version fences its commands otherwise: read as 1, none would run
+        raise ImportFormatError(f"{where}: trajectory_format {fmt!r} is not supported (only {SWE_FORMAT!r})")
     name = raw.get("instance_id") or p.name.split(".")[0]
     if not isinstance(name, str) or not name:
         raise ImportFormatError(f"{where}: instance_id must be a non-empty string")
@@ -253,9 +272,9 @@ def _reasoning(msg: dict[str, Any]) -> str:
 def load_swe(path: str | Path | None = None) -> list[Trajectory]:
     """Every ``*.traj.json[.gz]`` of a folder (the shared copy by default), or one file, by name."""
     p = Path(path) if path is not None else swe_default_path()
-    files = _files(p, "mini-SWE-agent", (".traj.json.gz", ".traj.json"))
-    resolved = _resolved(files[0].parent)
-    return _sorted([swe_trajectory(f, resolved.get(f.name.split(".")[0])) for f in files], p)
+    # mini-SWE-agent's batch runs write <out>/<instance>/<instance>.traj.json: subfolders too.
+    files = _files(p, "mini-SWE-agent", (".traj.json.gz", ".traj.json"), deep=True)
+    return _sorted([swe_trajectory(f, _resolved(f.parent).get(f.name.split(".")[0])) for f in files], p)
 
 
 # -- τ-bench ---------------------------------------------------------------------------------------
@@ -475,7 +494,10 @@ def _detect(p: Path, raw: Any) -> str:
     if isinstance(raw, dict):
         if "simulations" in raw:
             return "tau2"
-        if "messages" in raw and str(raw.get("trajectory_format", "mini-swe-agent")).startswith("mini-swe"):
+        # A mini-SWE-agent run says so (or, before it did, carries its "info" block); any other
+        # object with messages (a chat log) is not one.
+        fmt = raw.get("trajectory_format")
+        if "messages" in raw and (str(fmt).startswith("mini-swe") or (fmt is None and "info" in raw)):
             return "swe"
         if "trajectory" in raw and "qa_pairs" in raw:
             return "ama"
@@ -495,6 +517,8 @@ def load_agent(path: str | Path, format: str = "auto") -> list[Trajectory]:
         return LOADERS[format](p)
     out: list[Trajectory] = []
     for f in _files(p, "agent trajectory", (".json", ".json.gz"), deep=True):
+        if f.name in SIDE_FILES:
+            continue
         raw = _read(f, "agent trajectory")
         out.extend(_from_raw(_detect(f, raw), f, raw))
     return _sorted(out, p)
