@@ -393,21 +393,22 @@ def _words(n: int) -> str:
     return " ".join(["alpha"] * n)
 
 
-def test_a_newest_turn_that_fits_whole_is_sent_whole(mem):
-    """It was refused (or cut) when it fit the budget but not beside the memory header."""
+def test_a_newest_turn_that_fits_only_without_the_header_is_cut_a_little_not_refused(mem):
+    """It was refused with BudgetError (the cut allowed only half the room); sent whole, the
+    list would lose its header, and sent back, its ids (everything stored again)."""
     system = {"role": "system", "content": _words(990)}
     call = {"role": "assistant", "content": None, "tool_calls": [{"id": "w", "type": "function", "function": {
         "name": "write_file", "arguments": json.dumps({"text": _words(4000)})}}]}
-    result = {"role": "tool", "tool_call_id": "w", "content": _words(2940)}
+    result = {"role": "tool", "tool_call_id": "w", "content": _words(2960)}
     msgs = [system, {"role": "user", "content": "Write it."}, {"role": "assistant", "content": "On it."},
             call, result]
-    assert sum(message_tokens(x) for x in (system, call, result)) <= 8000
+    assert sum(message_tokens(x) for x in (system, call, result)) <= 8000 < sum(map(message_tokens, msgs))
     fitted = mem.fit(msgs, 8000, scope="s")
-    assert fitted.messages[-2:] == [call, result] and fitted.tokens <= 8000
-    over = {**result, "content": _words(3080)}  # a little over: the result is cut, not refused
-    fitted = mem.fit([*msgs[:-1], over], 8000, scope="s2")
-    assert fitted.messages[-2] == call and CUT_MARKER in fitted.messages[-1]["content"]
-    assert fitted.tokens <= 8000
+    assert fitted.tokens <= 8000 and fitted.messages[-2] == call
+    assert CUT_MARKER in fitted.messages[-1]["content"]
+    assert fitted.messages[1]["content"].startswith("Memory of earlier steps (2 earlier messages")
+    grown = [*fitted.messages, {"role": "user", "content": "Now test it."}]
+    assert mem.fit(grown, 8000, scope="s").stored == 1  # sent back: nothing stored twice
 
 
 def test_a_tool_result_with_nul_bytes_is_sent_as_it_came_and_stored_with_them_replaced(mem):
@@ -474,3 +475,38 @@ def test_an_image_counts_as_much_as_the_largest_one_costs():
     shot = {"role": "user", "content": [{"type": "image_url",
                                          "image_url": {"url": "data:image/png;base64,AA"}}]}
     assert message_tokens(shot) >= 1445  # a tall screenshot at high detail, in OpenAI's accounting
+
+
+def test_the_task_pinned_is_this_runs_own_and_shown_once(mem):
+    """Runs without run_id share the session "agent": the first one's task was pinned in the
+    second; and the render showed the pinned task a second time."""
+    def loop(task: str) -> list[dict]:
+        msgs = [SYSTEM, {"role": "user", "content": task}]
+        for i in range(40):
+            msgs += [{"role": "assistant", "content": f"step {i}: looked at file_{i}.py " + "x " * 30},
+                     {"role": "user", "content": "continue"}]
+        return msgs
+
+    mem.fit(loop("Task A: fix the CSV reader in io.py."), 1500, scope="shared")
+    fitted = mem.fit(loop("Task B: speed up the JSON writer."), 1500, scope="shared")
+    memory = fitted.messages[1]["content"]
+    assert "Task B" in memory and "Task A" not in memory.split("(end of the task)")[0]
+    for budget in (1000, 1500, 3000):
+        fitted = mem.fit(loop("Task C: add a --verbose flag."), budget, scope=f"c{budget}")
+        memory = fitted.messages[1]["content"]
+        assert memory.count("Task C: add a --verbose flag.") == 1, budget
+
+
+def test_ollama_style_tool_calls_without_ids_are_paired_by_order(mem):
+    msgs = [SYSTEM, {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": "",
+             "tool_calls": [{"function": {"name": "get_weather", "arguments": {}}}]},
+            {"role": "tool", "content": "sunny", "tool_name": "get_weather"},
+            {"role": "assistant", "content": "It is sunny."}]
+    assert mem.fit(msgs, 2000, scope="s").messages == msgs
+
+
+def test_an_agent_and_a_session_named_alike_do_not_share_ids(mem):
+    mem.fit([SYSTEM, {"role": "user", "content": "go"}], 500, user_id="u", session="planner/trip")
+    mem.fit([SYSTEM, {"role": "user", "content": "go"}], 500, user_id="u", agent_id="planner", session="trip")
+    assert len(mem.items(user_id="u")) == 2

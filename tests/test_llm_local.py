@@ -319,3 +319,13 @@ def test_shipped_models_are_known_by_name_and_size(tmp_path: Path) -> None:
 def test_a_loaded_model_is_cached_under_its_weights_identity(smol: LocalLlama) -> None:
     assert smol.identity == m.weights_identity(smollm2_path(), smollm2_path())
     assert len(smol.identity.split()) == 3  # loaded by path: name, size and content digest
+
+
+def test_an_own_file_named_like_a_shipped_model_is_known_by_its_content(tmp_path: Path) -> None:
+    """Its sha256 is never checked against the pin, whatever its name."""
+    a, b = tmp_path / "a" / "qwen2.5-0.5b.gguf", tmp_path / "b" / "qwen2.5-0.5b.gguf"
+    for path, tail in ((a, b"1"), (b, b"2")):
+        path.parent.mkdir()
+        path.write_bytes(m.GGUF_MAGIC + b"x" * 1000 + tail)
+    assert m.weights_identity(a, a) != m.weights_identity(b, b)
+    assert m.weights_identity(str(a), a) != m.weights_identity(str(b), b)

@@ -549,6 +549,9 @@ def test_arguments_must_have_their_json_type_not_one_that_converts(tmp_path: Pat
                                ("list", {"scope": "s", "limit": True})):
                 assert error_text(await client.call_tool(tool, args)).startswith("InvalidInputError"), tool
             assert ok(await client.call_tool("list", {"scope": "s", "limit": 5}))["items"]
+            assert ok(await client.call_tool("list", {"scope": "s", "limit": 5.0}))["items"]  # JSON's 5
+            tools = (await client.list_tools()).tools
+            assert all(t.input_schema["additionalProperties"] is False for t in tools)  # as enforced
 
     try:
         run(main, 30)

@@ -368,3 +368,10 @@ def test_fields_must_have_their_json_type_not_one_that_converts(dev, mem):
         r = httpx.post(f"{dev}/v1/{route}", json=body)
         assert r.status_code == 422, (route, r.text)
     assert len(mem.items(user_id="ana")) == 2
+
+
+def test_a_whole_number_written_as_a_float_is_a_number_as_json_schema_reads_it(dev):
+    r = httpx.post(f"{dev}/v1/search", json={"user_id": "ana", "query": "Lisbon", "k": 5.0})
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{dev}/v1/search", json={"user_id": "ana", "query": "Lisbon", "k": 5.5})
+    assert r.status_code == 422

@@ -841,9 +841,7 @@ def test_a_damaged_policy_file_is_a_config_error(tmp_path, damage) -> None:  # t
     else:
         w = {k: v.copy() for k, v in policy.w.items()}
         if damage == "nan":
-            w["descriptors"][1, 0] = np.nan  # the entity module's row: the old check read only the filter's
-        elif damage == "huge":
-            w["wu"] *= np.float32(1e30)
+            w["descriptors"][1, 0] = np.nan  # the entity row: the old check read the filter's only
         else:
             w["descriptors"] = np.array("not numbers")
         np.savez(path, **w)
@@ -860,17 +858,20 @@ def test_a_card_whose_lam_is_not_a_number_cannot_win_every_choice(tmp_path) -> N
         load_tier_policy(tmp_path, 0.0)
 
 
-def test_dates_without_a_year_are_taken_in_the_year_nearest_the_day_they_were_said() -> None:
+def test_dates_without_a_year_are_past_ones_unless_said_of_the_future() -> None:
     from suffice._pipeline.modules import _ABS_DATE, _resolved
 
     said = date(2024, 1, 10)
     assert _resolved("in December", said) == "December 2023"       # was December 2024
     assert _resolved("on 28 December", said) == "28 December 2023"
-    assert _resolved("on June 3rd", said) == "3 June 2024"          # ahead, nearer than last June
-    assert _resolved("on 3 June", date(2023, 5, 8)) == "3 June 2023"
+    assert _resolved("on June 3rd", said, "Our wedding is on June 3rd") == "3 June 2024"  # said of the future
+    assert _resolved("in May", date(2023, 11, 25), "We went to Paris in May") == "May 2023"  # not next May
+    assert _resolved("on 3 June", date(2023, 5, 8)) == "3 June 2023"  # within a month ahead
     text = "Our wedding is on Saturday, June 3rd. We met on Friday."
     found = [m.group(0) for m in _ABS_DATE.finditer(text)]
     assert found == ["June 3rd", "on Friday"]  # the weekday beside a date is that date
+    assert [m.group(0) for m in _ABS_DATE.finditer("I ran on Sunday 10k, and Monday 5pm works")] == [
+        "on Sunday", "Monday"]  # a number after a weekday is not always a date
 
 
 def test_a_policy_whose_outputs_overflow_refuses_to_choose_rather_than_say_low() -> None:

@@ -600,3 +600,21 @@ def test_an_import_killed_halfway_is_named_by_check_and_finished_by_a_rerun(tmp_
     mem.import_agent(swe_file)
     assert mem.check() == []
     mem.close()
+
+
+def test_an_import_keeps_another_transfers_unfinished_mark_and_takes_names_in_any_unicode_form(
+        tmp_path: Path, swe_file: Path) -> None:
+    import unicodedata
+
+    from suffice._datasets.locomo import load_locomo
+
+    mem = Memory(tmp_path / "m.db", embedder=HashEmbedder())
+    mem.store.note_transfer("swe-demo__demo-1", {"source": "backup.jsonl", "started": "then", "items": 999})
+    mem.import_agent(swe_file)
+    assert any("backup.jsonl" in p for p in mem.check())  # still to be completed
+    conv = tmp_path / "locomo.json"
+    conv.write_text(json.dumps([{"sample_id": unicodedata.normalize("NFD", "café-1"), "conversation": {
+        "speaker_a": "A", "speaker_b": "B", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "I love hiking."}]}, "qa": []}]))
+    assert sum(mem.import_locomo(load_locomo(conv)).values()) == 1
+    mem.close()

@@ -43,6 +43,8 @@ _STANDS_FOR = re.compile(re.escape(MEMORY_HEADER).replace(r"\(", r"\((\d+)\ earl
 back keep its messages' positions: the whole header, with the count in it."""
 LEADING_ROLES = ("system", "developer")
 TASK_HEAD = "The run's task (its first user message):"
+TASK_END = "(end of the task)"
+"""Closes the pinned task, so a list sent back gives it back whole (its message is gone)."""
 TASK_SHARE = 0.5
 """Most of the memory's tokens the pinned task may take; a longer one is shown cut."""
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -131,13 +133,16 @@ def _storable(msg: Mapping[str, Any]) -> bool:
     return bool(text.strip() or others or _calls(msg) or (isinstance(refusal, str) and refusal.strip()))
 
 
-def _message_id(session: str, index: int, msg: Mapping[str, Any]) -> str:
+def _message_id(session: str, index: int, msg: Mapping[str, Any], agent: str | None = None) -> str:
     """An id from session, position and content. Null fields and empty annotations do not
     count, but for ``content``, counted as null when absent: the same message reloaded from
     JSON (where an SDK wrote its nulls) keeps its id, and so does the usual hand-written
-    ``{"role": "assistant", "content": None, "tool_calls": [...]}`` of earlier versions."""
+    ``{"role": "assistant", "content": None, "tool_calls": [...]}`` of earlier versions. The
+    agent, when there is one, goes into the digest: two agents of one user may open alike."""
     body = json.dumps({"content": None, **_without_nulls(msg)}, ensure_ascii=False, sort_keys=True,
                       default=str)
+    if agent:
+        body = json.dumps(agent) + "\x1f" + body
     digest = hashlib.sha256(body.encode('utf-8', 'surrogatepass')).hexdigest()  # a lone surrogate too
     return f"{session}:{index}:{digest[:16]}"
 
@@ -188,6 +193,7 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     # A list an earlier fit returned, sent back grown: its memory message stands for the
     # messages it replaced, so those after it keep their positions (and ids) in the whole run.
     resumed_at, earlier = len(messages) + 1, 0
+    pinned = ""  # the task a memory message sent back carried
     for i, raw in enumerate(messages):
         m = _plain(raw)
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
@@ -197,6 +203,7 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
             at.append(i)
         elif (said := _STANDS_FOR.match(m["content"])) is not None:
             resumed_at, earlier = len(msgs), int(said.group(1))
+            pinned = _pinned_task(m["content"])
     if not msgs:
         raise InvalidItemError("messages is empty")
     for m, i in zip(msgs, at, strict=True):  # numbered as the caller's list, before anything is written
@@ -228,8 +235,7 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     def place(at: int) -> int:  # a message's position in the whole run
         return at + (earlier if at >= resumed_at else 0)
 
-    id_session = f"{agent}/{session}" if agent else session
-    ids = [m.get("id") or _message_id(id_session, place(lead + i), m) for i, m in enumerate(body)]
+    ids = [m.get("id") or _message_id(session, place(lead + i), m, agent) for i, m in enumerate(body)]
     # Stored without null fields, as the ids are made: a history reloaded from JSON (where an
     # SDK wrote its nulls) is the same messages.
     with_ids = [{**_without_nulls(c), "id": ident} for c, ident in zip(copies[lead:], ids, strict=True)
@@ -252,11 +258,6 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     reserve = MESSAGE_OVERHEAD + count_tokens(_memory_header(len(messages) + earlier)) + 1
     start, used = _recent_window(msgs, costs, lead, fixed, max(budget_tokens - reserve, 1), recent_share)
     cut_newest = False
-    turn = _newest_turn(msgs, lead)
-    if start == len(msgs) and fixed + sum(costs[turn:]) <= budget_tokens:
-        # The newest turn fits the budget whole, only not beside the memory header: it goes
-        # whole, and the header only if it still fits (below).
-        start, used = turn, sum(costs[turn:])
     recent = msgs[start:]
     if start == len(msgs):  # the newest turn alone is over the budget: send it cut
         newest = _newest_cut(msgs, costs, lead, budget_tokens - fixed, reserve)
@@ -290,11 +291,20 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
             flt = dataclasses.replace(flt or Filter(), before_seq=cut)
         # The run's task leads the memory when the window left it out: a step asked with a
         # nudge ("continue") says nothing of it, and the render for that step would drop it.
-        task = _task_block(renderer, scope, session, flt, ids[start - lead:], int(left * TASK_SHARE))
+        # It is this list's first user message, or what the memory message sent back carried.
+        first = next((j for j in range(lead, start) if msgs[j]["role"] == "user"), None)
+        task_text = _text_of(copies[first])[0].strip() if first is not None and not earlier else pinned
+        task = _task_block(task_text, int(left * TASK_SHARE))
         q = query if query is not None else _last_text(msgs)
-        room = left - (count_tokens(task) + 1 if task else 0)
-        context = renderer.render(scope, q, room, config=render or RenderConfig.for_agent(),
-                                  retrieval=retrieval, flt=flt, agent=False) if room > 0 else None
+        config = render or RenderConfig.for_agent()
+
+        def memory_for(room: int) -> Context | None:
+            return renderer.render(scope, q, room, config=config, retrieval=retrieval, flt=flt,
+                                   agent=False) if room > 0 else None
+
+        context = memory_for(left - (count_tokens(task) + 1 if task else 0))
+        if task and context is not None and task_text in context.text:  # the render shows it anyway
+            task, context = "", memory_for(left)
         body_text = "\n".join(t for t in (task, context.text if context else "") if t)
         if body_text:
             middle = [{"role": memory_role, "content": f"{header}\n{body_text}"}]
@@ -387,16 +397,6 @@ def _newest_cut(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead: i
     return None
 
 
-def _newest_turn(msgs: Sequence[Mapping[str, Any]], lead: int) -> int:
-    """Where the newest turn starts: the newest message, or for a tool result the assistant
-    message whose calls it (and the results before it) answer."""
-    if msgs[-1]["role"] in RESULT_ROLES:
-        call = _asking_call(msgs, len(msgs) - 1, lead)
-        if call is not None:
-            return call
-    return len(msgs) - 1
-
-
 def _cut_to(msg: Mapping[str, Any], room: int) -> dict[str, Any] | None:
     """``msg`` within ``room`` tokens, its text cut in the middle (marked); parts that are not
     text (an image) are kept, after the text. None when there is too little room."""
@@ -422,21 +422,25 @@ def _calls(msg: Mapping[str, Any]) -> bool:
     return bool(msg.get("tool_calls") or msg.get("function_call"))
 
 
-def _task_block(renderer: Renderer, scope: str, session: str, flt: Filter | None,
-                recent_ids: Sequence[str], room: int) -> str:
-    """The run's first user message as the memory's first lines (cut in the middle to fit
-    ``room``), or "" when the recent window holds it, there is none, or no room. Read from
-    the store, so a list sent back (whose task went into an earlier memory message) keeps it."""
-    if room < 50:
+def _task_block(task: str, room: int) -> str:
+    """``task`` as the memory's first lines, between its head and end lines (cut in the middle
+    to fit ``room``), or "" when there is none or no room."""
+    if not task or room < 50:
         return ""
-    where = dataclasses.replace(flt or Filter(), session=session, role="user", before_seq=None)
-    found = renderer.store.find(scope, where, limit=1)
-    if not found or found[0].id in recent_ids:
-        return ""
-    text = f"{TASK_HEAD}\n{found[0].text}"
+    text = f"{TASK_HEAD}\n{task}\n{TASK_END}"
     if count_tokens(text) > room:
-        text = f"{TASK_HEAD}\n{cut_middle(found[0].text, room - count_tokens(TASK_HEAD) - 2, CUT_MARKER)}"
+        keep = room - count_tokens(f"{TASK_HEAD}\n\n{TASK_END}") - 2
+        text = f"{TASK_HEAD}\n{cut_middle(task, keep, CUT_MARKER)}\n{TASK_END}"
     return text if count_tokens(text) <= room else ""
+
+
+def _pinned_task(memory: str) -> str:
+    """The task a memory message of :func:`fit_messages` carried, "" when it carried none."""
+    _, _, rest = memory.partition("\n")
+    if not rest.startswith(TASK_HEAD + "\n"):
+        return ""
+    body, sep, _ = rest[len(TASK_HEAD) + 1:].partition(f"\n{TASK_END}")
+    return body if sep else ""
 
 
 def _check_pairing(msgs: Sequence[Mapping[str, Any]], at: Sequence[int]) -> None:
@@ -444,8 +448,10 @@ def _check_pairing(msgs: Sequence[Mapping[str, Any]], at: Sequence[int]) -> None
     require (they refuse the request): a tool result names the call it answers
     (``tool_call_id``), one made by the assistant message just before the results, and every
     call made has its result before the next turn. Calls still pending at the end of the list
-    are fine (the agent runs them next). The older ``function`` role carries no ids."""
+    are fine (the agent runs them next). The older ``function`` role carries no ids, and nor do
+    the calls of some servers (Ollama's): their results are paired by order."""
     open_calls: dict[str, int] = {}  # call id -> the message that made it
+    anonymous = 0  # calls just made without an id
 
     def unanswered(before: int) -> InvalidItemError:
         ids = ", ".join(map(repr, open_calls))
@@ -456,6 +462,9 @@ def _check_pairing(msgs: Sequence[Mapping[str, Any]], at: Sequence[int]) -> None
         role = m["role"]
         if role == "tool":
             call_id = m.get("tool_call_id")
+            if not call_id and anonymous:
+                anonymous -= 1
+                continue
             if not call_id:
                 raise InvalidItemError(f"message {i}: a tool result needs the tool_call_id of "
                                        "the call it answers")
@@ -469,10 +478,13 @@ def _check_pairing(msgs: Sequence[Mapping[str, Any]], at: Sequence[int]) -> None
             continue
         if open_calls:
             raise unanswered(i)
+        anonymous = 0
         if role == "assistant":
             for call in m.get("tool_calls") or []:
                 if isinstance(call, Mapping) and isinstance(call.get("id"), str) and call["id"]:
                     open_calls[call["id"]] = i
+                else:
+                    anonymous += 1
 
 
 def _storable_copy(msg: dict[str, Any]) -> dict[str, Any]:

@@ -530,6 +530,8 @@ class Memory:
         store as it was; the number of items added per scope. A failure while writing (a model
         error, Ctrl-C) leaves what was written (every item of an import carries an id), and
         importing again adds only the rest."""
+        # As the store names them: two names of one scope in another Unicode form are one.
+        parts = [(self._ident(scope, None, None, None).scope, items) for scope, items in parts]
         names = [scope for scope, _ in parts]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:  # the second would be checked against a store without the first, then clash
@@ -555,7 +557,10 @@ class Memory:
                                                   "started": started, "items": len(items)})
                 stored = self.add(list(items), scope=scope, progress=progress)
                 counts[scope] = counts.get(scope, 0) + sum(1 for it in stored if it.seq > before)
-                rest = {k: v for k, v in old.items() if k in ("rebuild", "rebuild_started")}
+                # Another transfer's unfinished mark stays (it still has to be completed); this
+                # import's own, or an earlier run of it that was stopped, goes.
+                rest = (old if old.get("source") not in (source or "an import", None)
+                        else {k: v for k, v in old.items() if k in ("rebuild", "rebuild_started")})
                 self._store.note_transfer(scope, rest or None)
         except BaseException as exc:
             if counts:

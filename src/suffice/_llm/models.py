@@ -154,7 +154,10 @@ def weights_identity(name_or_path: str | os.PathLike[str] | None, path: Path) ->
     """
     size = path.stat().st_size
     base = f"{path.name} {size}"
-    if model_name(name_or_path) in MODELS:
+    named = name_or_path is None or (isinstance(name_or_path, str)
+                                     and _ALIASES.get(name_or_path.strip().lower(),
+                                                      name_or_path.strip().lower()) in MODELS)
+    if named:  # resolved by name, so checked against the pin (a path is not, whatever its name)
         return base
     h = hashlib.sha256(str(size).encode())
     step = max(1, size // FINGERPRINT_BLOCKS)

@@ -23,7 +23,7 @@ import contextlib
 import json
 import re
 from collections.abc import Sequence
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -147,7 +147,8 @@ _ABS_DATE = re.compile(
     rf"|(?:{_MONTHS}),? \d{{4}}"
     r"|(?i:in|since) \d{4}"
     # a weekday named beside its date ("Saturday, June 3rd") is that date, not a day of its own
-    rf"|(?:(?i:on|last|next|this) )?(?:{_WEEKDAYS})(?!,? (?:\d|(?:{_MONTHS})\b|the \d))"
+    rf"|(?:(?i:on|last|next|this) )?(?:{_WEEKDAYS})"
+    rf"(?!,? (?:the )?(?:{_NTH} (?:of )?(?:{_MONTHS})|(?:{_MONTHS}) {_NTH}\b))"
     r")\b")
 _DAY_WORDS = re.compile(rf"\b(?:{_WEEKDAYS}|yesterday|today|tonight|tomorrow|night)\b", re.I)
 _MONTH_NAME = re.compile(rf"\b(?:{_MONTHS})\b", re.I)
@@ -178,12 +179,21 @@ def warm_dates() -> None:
     dateparser.parse("8 May 2023", languages=["en"])
 
 
-def _resolved(phrase: str, day: date | None) -> str:
+_FUTURE = re.compile(r"\b(?:will|won't|going to|gonna|plan(?:s|ning)? to|next|upcoming|"
+                     r"can't wait|looking forward|is on|are on|is coming|are coming)\b|'ll\b", re.I)
+"""Words that put what a sentence dates ahead of the day it was said."""
+SLACK_DAYS = 31
+"""A date named without its year and said with no word of the future may lie this far ahead
+("on 3 June", said on 8 May); further ahead, it is last year's."""
+
+
+def _resolved(phrase: str, day: date | None, sentence: str = "") -> str:
     """A time phrase as a calendar date, by dateparser against the turn's date ('' if not),
     only as precise as the phrase: "in May" is May 2023, not a day dateparser makes up. A date
-    named without its year is taken in the year that puts it nearest the day it was said ("on
-    3 June", said in May, is ahead; "in December", said on 10 January, is last December); a
-    bare weekday, in the past."""
+    named without its year is the latest such date at most a month after the day it was said
+    ("in December", said on 10 January, is last December; "on 3 June", said on 8 May, this
+    June), or, when ``sentence`` speaks of the future ("our wedding is on June 3rd"), the next
+    one; a bare weekday, in the past."""
     if day is None:
         return ""
     import dateparser
@@ -200,11 +210,14 @@ def _resolved(phrase: str, day: date | None) -> str:
         return ""
     if undated_year:
         said = datetime(day.year, day.month, day.day)
-        near = []
+        years = []
         for year in (day.year - 1, day.year, day.year + 1):
             with contextlib.suppress(ValueError):  # 29 February in a common year
-                near.append(got.replace(year=year))
-        got = min(near, key=lambda d: (abs(d - said), d), default=got)
+                years.append(got.replace(year=year))
+        if _FUTURE.search(sentence):
+            got = min((d for d in years if d >= said), default=got)
+        else:
+            got = max((d for d in years if d <= said + timedelta(days=SLACK_DAYS)), default=got)
     no_year = re.sub(r"\b\d{4}\b", "", text)
     if re.search(rf"\b{_NTH}\b", no_year) or _DAY_WORDS.search(text):
         return f"{got.day} {got:%B %Y}"
@@ -237,7 +250,7 @@ def rule_facts(module: Module, question: str, chunks: Sequence[Chunk]) -> list[s
                     found += [(m.group(0), "") for m in _ABS_DATE.finditer(sent)
                               if not any(m.group(0).lower() in t or t in m.group(0).lower() for t in taken)]
                     for phrase, meaning in found:
-                        date_s = meaning or _resolved(phrase, day)
+                        date_s = meaning or _resolved(phrase, day, sent)
                         clause = " ".join(sent.split())[:90]
                         said = f" on {when}" if when else ""
                         out.append(f"{it.speaker or 'someone'} said{said}: '{phrase}'"
@@ -332,7 +345,7 @@ def spacy_facts(module: Module, question: str, chunks: Sequence[Chunk],
                 # spaCy's entity may be part of a phrase the rules read whole ("yesterday" of
                 # "day before yesterday"): their meaning then wins
                 whole = next((r.meaning for r in said if ent.text.lower() in r.phrase.lower()), "")
-                date_s = whole or (_resolved(ent.text, day) if ent.label_ == "DATE" else "")
+                date_s = whole or (_resolved(ent.text, day, ent.sent.text) if ent.label_ == "DATE" else "")
                 out.append(f"EVENT: {who} {verb.lemma_} @ {date_s or ent.text}"
                            + (f" ('{ent.text}', said {when})" if when else ""))
         if module == "topic":

@@ -43,7 +43,7 @@ from .._errors import (
     SufficeError,
 )
 from .._llm.base import LLM, Completion, Ledger, Message
-from .wire import hidden, to_json
+from .wire import WHOLE, hidden, to_json
 
 try:
     from mcp.server.auth.middleware.auth_context import get_access_token
@@ -531,7 +531,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         query: Annotated[str, Field(max_length=MAX_TEXT, description=(
             "What the memory is for (a question, the task at hand); empty: the timeline alone."))] = "",
         budget_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_BUDGET, description=(
-            "Most tokens (o200k) the rendered memory may take."))] = 2000,
+            "Most tokens (o200k) the rendered memory may take.")), WHOLE] = 2000,
         mode: Annotated[Literal["unit", "piece", "unit+piece", "timeline"] | None, Field(description=(
             "What fills the budget beside the timeline; default: the server's render config."))] = None,
         agent_mode: Annotated[bool, Field(strict=True, description=(
@@ -555,7 +555,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
             "relevant stretches first (slower, for questions that span much); auto: deep only "
             "when the evidence does not suffice."))] = "fast",
         budget: Annotated[int | None, Field(strict=True, ge=1, le=MAX_BUDGET, description=(
-            "Tokens of context the reader gets (default: the engine's)."))] = None,
+            "Tokens of context the reader gets (default: the engine's).")), WHOLE] = None,
         timeout_s: Annotated[float | None, Field(strict=True, gt=0, le=MAX_ASK_SECONDS, description=(
             "Seconds for the whole question, model calls included; then it answers from "
             f"what it has (default {ASK_DEADLINE_S:.0f})."))] = None,
@@ -582,9 +582,9 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         kind: KindArg = None, role: RoleArg = None, since: SinceArg = None, until: UntilArg = None,
         meta: MetaArg = None,
         offset: Annotated[int, Field(strict=True, ge=0, le=1_000_000,
-                                     description="Skip this many matching items.")] = 0,
+                                     description="Skip this many matching items."), WHOLE] = 0,
         limit: Annotated[int, Field(strict=True, ge=1, le=MAX_LIST,
-                                    description="Return at most this many.")] = 50,
+                                    description="Return at most this many."), WHOLE] = 50,
         newest_first: Annotated[bool, Field(strict=True, description="Newest items first.")] = False,
     ) -> Annotated[CallToolResult, ItemsOut]:
         """List stored items in the order they happened (or newest first), filtered and paged.
@@ -625,7 +625,7 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
         messages: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=MAX_ITEMS * 10, description=(
             "The agent's whole running message list, OpenAI format."))],
         budget_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_BUDGET, description=(
-            "Most tokens the returned messages may take."))],
+            "Most tokens the returned messages may take.")), WHOLE],
         recent_share: Annotated[float, Field(strict=True, gt=0.0, le=1.0, description=(
             "Share of the budget kept verbatim as the newest messages."))] = 0.25,
         query: Annotated[str | None, Field(max_length=MAX_TEXT, description=(
@@ -655,6 +655,8 @@ def build_mcp_server(memory: Memory, *, scopes: Sequence[str] | None = None,
     server.add_tool(forget, annotations=ToolAnnotations(
         title="Forget", read_only_hint=False, destructive_hint=True, idempotent_hint=True,
         open_world_hint=False))
+    for tool in server._tool_manager.list_tools():  # what call_tool enforces, in the schema
+        tool.parameters["additionalProperties"] = False
     return server
 
 

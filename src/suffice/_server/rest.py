@@ -30,7 +30,7 @@ from .. import __version__
 from .._access import KeyRing
 from .._api import AsyncMemory, Memory
 from .._errors import AuthenticationError, ConfigError, DeadlineError, InvalidQueryError, SufficeError
-from .wire import error_json, error_status, to_json
+from .wire import WHOLE, error_json, error_status, to_json
 
 T = TypeVar("T")
 Scope = MutableMapping[str, Any]
@@ -151,13 +151,13 @@ class AddMessages(Where):
 
 class SearchIn(Filters):
     query: str = Field(max_length=MAX_TEXT)
-    k: int | None = Field(None, ge=0)
+    k: Annotated[int | None, WHOLE] = Field(None, ge=0)
     method: Literal["bm25", "dense", "fused", "recency"] = "fused"
 
 
 class RenderIn(Filters):
     query: str = Field("", max_length=MAX_TEXT)
-    budget_tokens: int = Field(ge=0)
+    budget_tokens: Annotated[int, WHOLE] = Field(ge=0)
     mode: Literal["unit", "piece", "unit+piece", "timeline"] | None = None
     agent: bool = Field(False, description="Agent mode: the newest items verbatim first.")
 
@@ -166,9 +166,9 @@ class AskIn(Filters):
     question: str = Field(max_length=MAX_TEXT)
     mode: Literal["fast", "deep", "auto"] = "fast"
     tau: float | None = Field(None, ge=0.0, le=1.0)
-    budget: int | None = Field(None, ge=1)
+    budget: Annotated[int | None, WHOLE] = Field(None, ge=1)
     timeout: float | None = Field(None, gt=0, description=(
-        "Seconds for the whole query (capped by the server)."))
+        "Seconds for the whole query (at most the server's ask deadline)."))
     tiered: bool = Field(False, description="The deep path reads through the tier pipeline.")
     lam: float | None = Field(None, ge=0.0, le=100.0)
     tier_cap: Literal["low", "mid", "high"] | None = None
@@ -177,7 +177,7 @@ class AskIn(Filters):
 class FitIn(Where):
     messages: list[dict[str, Any]] = Field(min_length=1, description=(
         "The agent's whole running message list (OpenAI format)."))
-    budget_tokens: int = Field(ge=1)
+    budget_tokens: Annotated[int, WHOLE] = Field(ge=1)
     session: str | None = Field(None, max_length=400, description="The run these messages belong to.")
     recent_share: float = Field(0.25, gt=0.0, le=1.0, description=(
         "Share of the budget kept verbatim as the newest messages."))

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import BeforeValidator
 
 from .._engine import Answer, Receipt
 from .._errors import (
@@ -126,3 +127,13 @@ def error_json(exc: SufficeError, hide: Sequence[str | tuple[str, str]] = ()) ->
     if notes:  # what the error left behind, or what to do next
         body["notes"] = [hidden(str(n), hide) for n in notes]
     return {"error": body}
+
+
+def _whole(value: object) -> object:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+WHOLE = BeforeValidator(_whole)
+"""Put after an integer field's ``Field(...)``: the field takes 5.0 as 5, as JSON Schema reads
+an integer (strict mode refused it); true and "5" stay refused. (Before the ``Field``, its
+bounds would leave the JSON schema as unknown keys.)"""
