@@ -510,3 +510,10 @@ def test_an_agent_and_a_session_named_alike_do_not_share_ids(mem):
     mem.fit([SYSTEM, {"role": "user", "content": "go"}], 500, user_id="u", session="planner/trip")
     mem.fit([SYSTEM, {"role": "user", "content": "go"}], 500, user_id="u", agent_id="planner", session="trip")
     assert len(mem.items(user_id="u")) == 2
+
+
+def test_a_message_that_merely_quotes_the_cut_marker_is_stored(mem):
+    """Only a cut copy sent back is skipped; a grep of the adapter's source printed the marker."""
+    quoted = {"role": "user", "content": f"grep found: CUT_MARKER = \"{CUT_MARKER}\""}
+    mem.fit([SYSTEM, quoted], 2000, scope="s")
+    assert [it.text for it in mem.items(scope="s")] == [quoted["content"]]

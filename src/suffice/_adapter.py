@@ -120,12 +120,14 @@ def _plain(msg: object) -> object:
     return out
 
 
-def _storable(msg: Mapping[str, Any]) -> bool:
+def _storable(msg: Mapping[str, Any], sent_back: bool = False) -> bool:
     """Whether a message has anything to remember: an empty assistant turn is sent on as it is
     but stored as nothing; a tool result always is (an empty one as "(no output)"). A message
-    an earlier fit sent cut, sent back, is a copy of one stored whole: not stored again."""
+    an earlier fit sent cut, sent back (``sent_back``: it follows a memory message that stands
+    for earlier ones), is a copy of one stored whole: not stored again. Elsewhere the marker's
+    text is just text (a grep of this very file prints it)."""
     text, others = _text_of(msg)
-    if CUT_MARKER in text:
+    if sent_back and CUT_MARKER in text:
         return False
     if msg.get("role") in ("tool", "function"):
         return True
@@ -212,8 +214,9 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     # What is stored: each message with the characters no store takes replaced (a tool's raw
     # bytes may hold NUL); it is sent on as it came. Refusing it would fail every later step.
     copies = [_storable_copy(m) for m in msgs]
-    for c, i in zip(copies, at, strict=True):
-        if _storable(c):
+    after_memory = [bool(earlier) and j >= resumed_at for j in range(len(msgs))]
+    for c, i, back in zip(copies, at, after_memory, strict=True):
+        if _storable(c, back):
             try:
                 for new in message_items(c, i, {}):
                     validate_item(new, i)
@@ -238,8 +241,9 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     ids = [m.get("id") or _message_id(session, place(lead + i), m, agent) for i, m in enumerate(body)]
     # Stored without null fields, as the ids are made: a history reloaded from JSON (where an
     # SDK wrote its nulls) is the same messages.
-    with_ids = [{**_without_nulls(c), "id": ident} for c, ident in zip(copies[lead:], ids, strict=True)
-                if _storable(c)]
+    with_ids = [{**_without_nulls(c), "id": ident}
+                for c, ident, back in zip(copies[lead:], ids, after_memory[lead:], strict=True)
+                if _storable(c, back)]
     last_seq = renderer.store.max_seq(scope)  # -1 for a new scope
     stored = add(with_ids, scope, session) if with_ids else []
     written = sum(1 for it in stored if it.seq > last_seq)  # messages stored before come back as they were
