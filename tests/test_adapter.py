@@ -517,3 +517,36 @@ def test_a_message_that_merely_quotes_the_cut_marker_is_stored(mem):
     quoted = {"role": "user", "content": f"grep found: CUT_MARKER = \"{CUT_MARKER}\""}
     mem.fit([SYSTEM, quoted], 2000, scope="s")
     assert [it.text for it in mem.items(scope="s")] == [quoted["content"]]
+
+
+def test_the_task_survives_steps_that_could_not_show_it_and_is_read_back_by_its_item(mem):
+    """Sent back, the task came only from what the memory message carried: a step whose render
+    showed it anyway, or that had room for the header alone, lost it for the rest of the run."""
+    import random
+
+    task = ("Refactor the zorblax parser so quuxfile headers are parsed lazily.\n(end of the task)\n"
+            "And part two.")  # its own text holds the end line the memory puts after it
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+    rng = random.Random(1)
+    msgs = [SYSTEM, {"role": "user", "content": task}]
+    shown = []
+    for step in range(10):
+        size = 340 if step == 6 else 600 if step == 4 else 40  # a header-only step, one the render fills
+        msgs = [*msgs, {"role": "assistant", "content": f"Step {step}: I will run tool {step}."},
+                {"role": "user", "content": f"output {step}: " + " ".join(rng.choices(words, k=size))}]
+        fitted = mem.fit(msgs, 500, user_id="u", run_id="r1")
+        assert fitted.tokens <= 500
+        memory = fitted.messages[1]["content"] if len(fitted.messages) > 1 else ""
+        shown.append(task in memory or task in [m.get("content") for m in fitted.messages])
+        msgs = fitted.messages
+    assert all(shown[-3:]) and sum(shown) >= 8, shown
+    assert mem.stats(user_id="u").items == 1 + 2 * 10  # sent back each step: nothing stored twice
+
+
+def test_an_id_less_call_left_unanswered_is_refused_too(mem):
+    msgs = [SYSTEM, {"role": "user", "content": "two things"},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "a", "arguments": {}}},
+                                                               {"function": {"name": "b", "arguments": {}}}]},
+            {"role": "tool", "content": "done a"}, {"role": "user", "content": "and?"}]
+    with pytest.raises(InvalidItemError, match="message 4: 1 tool call"):
+        mem.fit(msgs, 2000, scope="s")

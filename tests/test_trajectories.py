@@ -618,3 +618,23 @@ def test_an_import_keeps_another_transfers_unfinished_mark_and_takes_names_in_an
         "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "I love hiking."}]}, "qa": []}]))
     assert sum(mem.import_locomo(load_locomo(conv)).values()) == 1
     mem.close()
+
+
+def test_an_import_stopped_halfway_leaves_another_transfers_mark_as_it_was(tmp_path: Path,
+                                                                          swe_file: Path) -> None:
+    mem = Memory(tmp_path / "m.db", embedder=HashEmbedder())
+    other = {"source": "other.db", "started": "then", "items": 10}
+    mem.store.note_transfer("swe-demo__demo-1", other)
+    real = mem.add
+
+    def dies(items, **kw):  # type: ignore[no-untyped-def]
+        real(items[:3], **kw)
+        raise KeyboardInterrupt
+
+    mem.add = dies  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        mem.import_agent(swe_file)
+    mem.add = real  # type: ignore[method-assign]
+    mem.import_agent(swe_file)
+    assert mem.store.unfinished_transfers()["swe-demo__demo-1"] == other
+    mem.close()

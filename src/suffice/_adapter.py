@@ -42,9 +42,12 @@ _STANDS_FOR = re.compile(re.escape(MEMORY_HEADER).replace(r"\(", r"\((\d+)\ earl
 """A memory message that says how many earlier messages it stands for, which lets a list sent
 back keep its messages' positions: the whole header, with the count in it."""
 LEADING_ROLES = ("system", "developer")
-TASK_HEAD = "The run's task (its first user message):"
 TASK_END = "(end of the task)"
-"""Closes the pinned task, so a list sent back gives it back whole (its message is gone)."""
+SHARED_SESSION = "agent"
+"""The session of fits that name none: every such run of a scope shares it, so its first user
+message is not this run's task."""
+_TASK_ID = re.compile(r"^The run's task[^\n]*?item (\"(?:[^\"\\]|\\.)*\")", re.M)
+"""The task's item id in a memory message: sent back, the task is read again by it."""
 TASK_SHARE = 0.5
 """Most of the memory's tokens the pinned task may take; a longer one is shown cut."""
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -195,7 +198,7 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     # A list an earlier fit returned, sent back grown: its memory message stands for the
     # messages it replaced, so those after it keep their positions (and ids) in the whole run.
     resumed_at, earlier = len(messages) + 1, 0
-    pinned = ""  # the task a memory message sent back carried
+    pinned = ""  # the id of the task a memory message sent back named
     for i, raw in enumerate(messages):
         m = _plain(raw)
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
@@ -285,6 +288,17 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
     left = budget_tokens - fixed - used - MESSAGE_OVERHEAD - count_tokens(header) - 1
     context = None
     middle: list[dict[str, Any]] = []
+    # The run's task: this list's first user message left out of the window, or the item the
+    # memory message sent back named. The memory names it either way, so every later step
+    # (sent back, its task message long gone) finds it again.
+    first = next((j for j in range(lead, start) if msgs[j]["role"] == "user"), None)
+    task_id = ids[first - lead] if first is not None and not earlier else pinned
+    if not task_id and earlier and session != SHARED_SESSION:
+        # Sent back from a step with no room to name it: a run's own session (run_id, or a
+        # session named) holds one task, its first user message.
+        where = dataclasses.replace(flt or Filter(), session=session, role="user", before_seq=None)
+        found = renderer.store.find(scope, where, limit=1)
+        task_id = found[0].id if found else ""
     if left > 0 and (start > lead or cut_newest or earlier):
         # The render draws only on what is older than the window (the window is sent verbatim),
         # except when the newest message went out cut: then its left-out middle is memory this
@@ -293,22 +307,19 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
             (first_seq[ident] for ident in ids[start - lead:] if ident in first_seq), None)
         if cut is not None:
             flt = dataclasses.replace(flt or Filter(), before_seq=cut)
-        # The run's task leads the memory when the window left it out: a step asked with a
-        # nudge ("continue") says nothing of it, and the render for that step would drop it.
-        # It is this list's first user message, or what the memory message sent back carried.
-        first = next((j for j in range(lead, start) if msgs[j]["role"] == "user"), None)
-        task_text = _text_of(copies[first])[0].strip() if first is not None and not earlier else pinned
-        task = _task_block(task_text, int(left * TASK_SHARE))
+        # The task leads the memory when the window left it out: a step asked with a nudge
+        # ("continue") says nothing of it, and the render for that step would drop it. Without
+        # room for it, the memory still names it.
+        task_item = renderer.store.get(scope, task_id) if task_id else None
+        task = "" if task_item is None else (_task_block(task_item, int(left * TASK_SHARE))
+                                             or _task_stub(task_item.id, shown=False))
         q = query if query is not None else _last_text(msgs)
-        config = render or RenderConfig.for_agent()
-
-        def memory_for(room: int) -> Context | None:
-            return renderer.render(scope, q, room, config=config, retrieval=retrieval, flt=flt,
-                                   agent=False) if room > 0 else None
-
-        context = memory_for(left - (count_tokens(task) + 1 if task else 0))
-        if task and context is not None and task_text in context.text:  # the render shows it anyway
-            task, context = "", memory_for(left)
+        context = renderer.render(scope, q, left - (count_tokens(task) + 1 if task else 0),
+                                  config=render or RenderConfig.for_agent(), retrieval=retrieval,
+                                  flt=flt, agent=False) if left - count_tokens(task) > 1 else None
+        if task and task_item is not None and context is not None and task_item.text in context.text \
+                and any(task_item.seq in p.seqs for p in context.parts if p.kind != "record"):
+            task = _task_stub(task_item.id, shown=True)  # the render shows that item whole anyway
         body_text = "\n".join(t for t in (task, context.text if context else "") if t)
         if body_text:
             middle = [{"role": memory_role, "content": f"{header}\n{body_text}"}]
@@ -318,8 +329,13 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
         middle, context = [], None
     if not middle and place(start) > lead:
         # Messages were left out and no memory of them fits: the header alone still says how
-        # many, so this list sent back keeps its messages' ids (nothing is stored twice).
+        # many, so this list sent back keeps its messages' ids (nothing is stored twice), and
+        # it names the task when that fits too.
         middle = [{"role": memory_role, "content": header}]
+        if task_id:
+            with_task = [{"role": memory_role, "content": f"{header}\n{_task_stub(task_id, shown=False)}"}]
+            if sum(message_tokens(m) for m in [*msgs[:lead], *with_task, *recent]) <= budget_tokens:
+                middle = with_task
     out = [*msgs[:lead], *middle, *recent]
     tokens = sum(message_tokens(m) for m in out)
     if tokens > budget_tokens:  # not even the header fits: the list is sent without it
@@ -426,25 +442,35 @@ def _calls(msg: Mapping[str, Any]) -> bool:
     return bool(msg.get("tool_calls") or msg.get("function_call"))
 
 
-def _task_block(task: str, room: int) -> str:
-    """``task`` as the memory's first lines, between its head and end lines (cut in the middle
-    to fit ``room``), or "" when there is none or no room."""
-    if not task or room < 50:
+def _task_block(task: Item, room: int) -> str:
+    """The run's task as the memory's first lines, named by its item (cut in the middle to fit
+    ``room``), or "" when there is no room."""
+    if room < 50:
         return ""
-    text = f"{TASK_HEAD}\n{task}\n{TASK_END}"
+    head = f"The run's task (its first user message, item {json.dumps(task.id)}):"
+    text = f"{head}\n{task.text}\n{TASK_END}"
     if count_tokens(text) > room:
-        keep = room - count_tokens(f"{TASK_HEAD}\n\n{TASK_END}") - 2
-        text = f"{TASK_HEAD}\n{cut_middle(task, keep, CUT_MARKER)}\n{TASK_END}"
+        keep = room - count_tokens(f"{head}\n\n{TASK_END}") - 2
+        text = f"{head}\n{cut_middle(task.text, keep, CUT_MARKER)}\n{TASK_END}"
     return text if count_tokens(text) <= room else ""
 
 
+def _task_stub(item_id: str, *, shown: bool) -> str:
+    """One line naming the run's task by its item, where the task itself is not repeated."""
+    where = ", shown below" if shown else ""
+    return f"The run's task: item {json.dumps(item_id)} (its first user message){where}."
+
+
 def _pinned_task(memory: str) -> str:
-    """The task a memory message of :func:`fit_messages` carried, "" when it carried none."""
-    _, _, rest = memory.partition("\n")
-    if not rest.startswith(TASK_HEAD + "\n"):
+    """The id of the task a memory message of :func:`fit_messages` named, "" when none."""
+    found = _TASK_ID.search(memory)
+    if found is None:
         return ""
-    body, sep, _ = rest[len(TASK_HEAD) + 1:].partition(f"\n{TASK_END}")
-    return body if sep else ""
+    try:
+        named = json.loads(found.group(1))
+    except ValueError:
+        return ""
+    return named if isinstance(named, str) else ""
 
 
 def _check_pairing(msgs: Sequence[Mapping[str, Any]], at: Sequence[int]) -> None:
@@ -455,7 +481,7 @@ def _check_pairing(msgs: Sequence[Mapping[str, Any]], at: Sequence[int]) -> None
     are fine (the agent runs them next). The older ``function`` role carries no ids, and nor do
     the calls of some servers (Ollama's): their results are paired by order."""
     open_calls: dict[str, int] = {}  # call id -> the message that made it
-    anonymous = 0  # calls just made without an id
+    anonymous, asked_at = 0, 0  # calls just made without an id, and where
 
     def unanswered(before: int) -> InvalidItemError:
         ids = ", ".join(map(repr, open_calls))
@@ -482,13 +508,15 @@ def _check_pairing(msgs: Sequence[Mapping[str, Any]], at: Sequence[int]) -> None
             continue
         if open_calls:
             raise unanswered(i)
-        anonymous = 0
+        if anonymous:
+            raise InvalidItemError(f"message {i}: {anonymous} tool call(s) of message {asked_at} have "
+                                   "no result before it")
         if role == "assistant":
             for call in m.get("tool_calls") or []:
                 if isinstance(call, Mapping) and isinstance(call.get("id"), str) and call["id"]:
                     open_calls[call["id"]] = i
                 else:
-                    anonymous += 1
+                    anonymous, asked_at = anonymous + 1, i
 
 
 def _storable_copy(msg: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from ._access import Grant
-from ._adapter import FittedMessages, fit_messages
+from ._adapter import SHARED_SESSION, FittedMessages, fit_messages
 from ._config import EngineConfig, RenderConfig, RenderMode, RetrievalConfig, StoreConfig
 from ._deep import MemoryAgent
 from ._embed.protocol import Embedder, Reranker
@@ -553,15 +553,17 @@ class Memory:
                 # `check` names, where it looked like a finished import. Another mark (a
                 # rebuild's) is kept beside it.
                 old = marks.get(scope) or {}
-                self._store.note_transfer(scope, {**old, "source": source or "an import",
-                                                  "started": started, "items": len(items)})
+                # Another transfer's unfinished mark is left as it is, before and after: the
+                # scope is flagged already, and that transfer still has to be completed.
+                others = old.get("source") not in (source or "an import", None)
+                if not others:
+                    self._store.note_transfer(scope, {**old, "source": source or "an import",
+                                                      "started": started, "items": len(items)})
                 stored = self.add(list(items), scope=scope, progress=progress)
                 counts[scope] = counts.get(scope, 0) + sum(1 for it in stored if it.seq > before)
-                # Another transfer's unfinished mark stays (it still has to be completed); this
-                # import's own, or an earlier run of it that was stopped, goes.
-                rest = (old if old.get("source") not in (source or "an import", None)
-                        else {k: v for k, v in old.items() if k in ("rebuild", "rebuild_started")})
-                self._store.note_transfer(scope, rest or None)
+                if not others:  # this import's own mark (or a stopped run's of it) goes; a rebuild's stays
+                    rest = {k: v for k, v in old.items() if k in ("rebuild", "rebuild_started")}
+                    self._store.note_transfer(scope, rest or None)
         except BaseException as exc:
             if counts:
                 named = ", ".join(list(counts)[:3]) + (", ..." if len(counts) > 3 else "")
@@ -917,7 +919,7 @@ class Memory:
         (``InvalidItemError`` otherwise, before anything is stored).
         """
         ident = self._ident(scope, user_id, agent_id, run_id)
-        sess = _pick_session(ident, session) or "agent"
+        sess = _pick_session(ident, session) or SHARED_SESSION
         config = _config(render, RenderConfig, "render", RenderConfig.for_agent())
         # Written under the call's agent; drawn from that agent's items, and with run_id from
         # that run only (session= names where to write and reads the whole scope).
