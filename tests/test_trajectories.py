@@ -582,19 +582,26 @@ def test_a_file_nested_past_what_json_reads_and_odd_step_numbers_are_format_erro
         load_agent(write_gz(tmp_path / "odd.json.gz", raw))
 
 
-def test_an_import_killed_halfway_is_named_by_check_and_finished_by_a_rerun(tmp_path: Path,
-                                                                          swe_file: Path) -> None:
-    mem = Memory(tmp_path / "m.db", embedder=HashEmbedder())
+def killed_after(mem: Memory, n: int, run: Any) -> None:
+    """``run`` stopped (as by a kill) once the memory has written ``n`` items of its first add."""
     real = mem.add
 
     def dies(items, **kw):  # type: ignore[no-untyped-def]
-        real(items[:5], **kw)
+        real(items[:n], **kw)
         raise KeyboardInterrupt
 
     mem.add = dies  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        mem.import_agent(swe_file)
-    mem.add = real  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run()
+    finally:
+        mem.add = real  # type: ignore[method-assign]
+
+
+def test_an_import_killed_halfway_is_named_by_check_and_finished_by_a_rerun(tmp_path: Path,
+                                                                          swe_file: Path) -> None:
+    mem = Memory(tmp_path / "m.db", embedder=HashEmbedder())
+    killed_after(mem, 5, lambda: mem.import_agent(swe_file))
     problems = mem.check()
     assert any("swe-demo__demo-1" in p and "did not finish (5 of" in p for p in problems), problems
     mem.import_agent(swe_file)
@@ -625,16 +632,7 @@ def test_an_import_stopped_halfway_leaves_another_transfers_mark_as_it_was(tmp_p
     mem = Memory(tmp_path / "m.db", embedder=HashEmbedder())
     other = {"source": "other.db", "started": "then", "items": 10}
     mem.store.note_transfer("swe-demo__demo-1", other)
-    real = mem.add
-
-    def dies(items, **kw):  # type: ignore[no-untyped-def]
-        real(items[:3], **kw)
-        raise KeyboardInterrupt
-
-    mem.add = dies  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        mem.import_agent(swe_file)
-    mem.add = real  # type: ignore[method-assign]
+    killed_after(mem, 3, lambda: mem.import_agent(swe_file))
     mem.import_agent(swe_file)
     assert mem.store.unfinished_transfers()["swe-demo__demo-1"] == other
     mem.close()
