@@ -550,11 +550,10 @@ class Memory:
             for scope, items in parts:
                 before = self._store.max_seq(scope)
                 # Marked while it is written: a kill halfway (power, OOM) leaves a scope that
-                # `check` names, where it looked like a finished import. Another mark (a
-                # rebuild's) is kept beside it.
+                # `check` names, where it looked like a finished import. A rebuild's mark is kept
+                # beside it; another transfer's unfinished mark is left as it is, before and
+                # after (the scope is flagged already, and that transfer is still to complete).
                 old = marks.get(scope) or {}
-                # Another transfer's unfinished mark is left as it is, before and after: the
-                # scope is flagged already, and that transfer still has to be completed.
                 others = old.get("source") not in (source or "an import", None)
                 if not others:
                     self._store.note_transfer(scope, {**old, "source": source or "an import",
