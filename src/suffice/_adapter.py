@@ -314,9 +314,9 @@ def fit_messages(add: Add, renderer: Renderer, retrieval: RetrievalConfig, scope
         task = "" if task_item is None else (_task_block(task_item, int(left * TASK_SHARE))
                                              or _task_stub(task_item.id, shown=False))
         q = query if query is not None else _last_text(msgs)
-        context = renderer.render(scope, q, left - (count_tokens(task) + 1 if task else 0),
-                                  config=render or RenderConfig.for_agent(), retrieval=retrieval,
-                                  flt=flt, agent=False) if left - count_tokens(task) > 1 else None
+        room = left - (count_tokens(task) + 1 if task else 0)
+        context = renderer.render(scope, q, room, config=render or RenderConfig.for_agent(),
+                                  retrieval=retrieval, flt=flt, agent=False) if room > 0 else None
         if task and task_item is not None and context is not None and task_item.text in context.text \
                 and any(task_item.seq in p.seqs for p in context.parts if p.kind != "record"):
             task = _task_stub(task_item.id, shown=True)  # the render shows that item whole anyway
@@ -394,19 +394,16 @@ def _newest_cut(msgs: Sequence[Mapping[str, Any]], costs: Sequence[int], lead: i
     cannot be done (a newest message of tool calls, whose arguments cannot be cut, or a call
     too long itself)."""
     last = msgs[-1]
+    shares = (room // 2, room - reserve)
     if _calls(last):
         return None
-    call = _asking_call(msgs, len(msgs) - 1, lead) if last["role"] in RESULT_ROLES else None
-    if last["role"] in RESULT_ROLES and call is None:
+    if last["role"] not in RESULT_ROLES:
+        return next(([cut] for share in shares if (cut := _cut_to(last, share)) is not None), None)
+    call = _asking_call(msgs, len(msgs) - 1, lead)
+    if call is None:
         return None
-    for share in (room // 2, room - reserve):
-        if last["role"] not in RESULT_ROLES:
-            cut = _cut_to(last, share)
-            if cut is not None:
-                return [cut]
-            continue
-        assert call is not None
-        siblings = list(range(call + 1, len(msgs) - 1))
+    siblings = list(range(call + 1, len(msgs) - 1))
+    for share in shares:
         whole = _cut_to(last, share - sum(costs[call:len(msgs) - 1]))
         if whole is not None:
             return [*(dict(msgs[i]) for i in range(call, len(msgs) - 1)), whole]

@@ -539,7 +539,7 @@ class Memory:
                                    "runs with one id); nothing of this import was written")
         for scope, items in parts:
             try:
-                self._checked(self._ident(scope, None, None, None).scope, list(items))
+                self._checked(scope, list(items))  # named as the store names it, above
             except SufficeError as exc:
                 exc.add_note(f"in scope {scope!r}; nothing of this import was written")
                 raise
