@@ -154,10 +154,7 @@ def weights_identity(name_or_path: str | os.PathLike[str] | None, path: Path) ->
     """
     size = path.stat().st_size
     base = f"{path.name} {size}"
-    named = name_or_path is None or (isinstance(name_or_path, str)
-                                     and _ALIASES.get(name_or_path.strip().lower(),
-                                                      name_or_path.strip().lower()) in MODELS)
-    if named:  # resolved by name, so checked against the pin (a path is not, whatever its name)
+    if shipped_name(name_or_path) is not None:  # checked against its pin (a path is not, whatever its name)
         return base
     h = hashlib.sha256(str(size).encode())
     step = max(1, size // FINGERPRINT_BLOCKS)
@@ -259,13 +256,10 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> Path:
     Shipped models are checked against their pinned sha256; a user's own file only has to
     exist and look like GGUF.
     """
-    if name_or_path is None:
-        name_or_path = DEFAULT_MODEL
-    if isinstance(name_or_path, str):
-        key = name_or_path.strip().lower()
-        key = _ALIASES.get(key, key)
-        if key in MODELS:
-            return shipped_path(MODELS[key])
+    key = shipped_name(name_or_path)
+    if key is not None:
+        return shipped_path(MODELS[key])
+    assert name_or_path is not None
     path = Path(name_or_path).expanduser()
     if not path.is_file():
         raise ModelFileError(
@@ -282,14 +276,24 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
-def model_name(name_or_path: str | os.PathLike[str] | None) -> str:
-    """A short display name: the shipped model's name, or the file's stem."""
+def shipped_name(name_or_path: str | os.PathLike[str] | None) -> str | None:
+    """The shipped model ``name_or_path`` names (None: the default), or None for a path."""
     if name_or_path is None:
         return DEFAULT_MODEL
     if isinstance(name_or_path, str):
-        key = _ALIASES.get(name_or_path.strip().lower(), name_or_path.strip().lower())
+        key = name_or_path.strip().lower()
+        key = _ALIASES.get(key, key)
         if key in MODELS:
             return key
+    return None
+
+
+def model_name(name_or_path: str | os.PathLike[str] | None) -> str:
+    """A short display name: the shipped model's name, or the file's stem."""
+    key = shipped_name(name_or_path)
+    if key is not None:
+        return key
+    assert name_or_path is not None
     return Path(name_or_path).stem
 
 
